@@ -1,0 +1,341 @@
+"""Devices, links and clusters: where ops can run and what moving tensors between them costs.
+
+- `Device`: one placeable device (full TensorFlow name, type, model, memory, throughput figures).
+- `Link`: a directed link between two devices (bandwidth, latency), one transfer at a time.
+- `Cluster`: the devices plus a dense link matrix (`bandwidth`, `latency`), built from presets
+  (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from N logical
+  CPU devices (`Cluster.local(cpus=N)`), or by hand. `as_cluster` accepts a Cluster or a name.
+
+Preset figures are vendor specifications: memory per device, FP32 peak, HBM/GDDR bandwidth, and
+link figures for PCIe 3.0/5.0 x16 (~12/~50 GB/s achievable), NVLink 2.0 (25 GB/s per link and
+direction, DGX-1 hybrid cube-mesh topology) and NVLink 4 through NVSwitch (450 GB/s per direction).
+The grappler fields (`num_cores`, `frequency_mhz`, `architecture`) make grappler's analytical cost
+model compute the same FP32 peak (SMs x clock x cores per SM x 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from tfplaceto import errors
+from tfplaceto.protos import cluster_pb2
+
+GB = 10**9
+GIB = 2**30
+HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
+_DEVICE_NAME = re.compile(
+    r"^/job:(?P<job>[\w-]+)/replica:(?P<replica>\d+)/task:(?P<task>\d+)/device:(?P<type>[A-Z_]+):(?P<index>\d+)$"
+)
+DEVICE_TYPES = ("CPU", "GPU")
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """A device ops can be placed on. `name` is a full TensorFlow device name."""
+
+    name: str
+    type: str
+    memory_bytes: int
+    model: str = ""
+    peak_gflops: float = 0.0
+    memory_bandwidth_gbs: float = 0.0
+    streams: int = 1
+    num_cores: int = 0
+    frequency_mhz: float = 0.0
+    architecture: str = ""
+
+    @property
+    def kind(self) -> str:
+        """The cost-profile column of this device: its type and model, e.g. "GPU:V100"."""
+        return f"{self.type}:{self.model or 'generic'}"
+
+    @property
+    def task(self) -> str:
+        """The "/job:x/replica:r/task:t" prefix: devices sharing it are on one host."""
+        return self.name.split("/device:")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """A directed link: a transfer of b bytes takes latency_s + b / bandwidth_bytes_per_s."""
+
+    src: str
+    dst: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+def _validate_device(device: Device) -> None:
+    match = _DEVICE_NAME.match(device.name)
+    if not match:
+        raise errors.InvalidClusterError(
+            f"bad device name {device.name!r}: expected a full TensorFlow name such as "
+            f"'/job:localhost/replica:0/task:0/device:GPU:0'")
+    if match["type"] != device.type:
+        raise errors.InvalidClusterError(
+            f"device {device.name!r} has type {device.type!r} but its name says {match['type']!r}")
+    if device.type not in DEVICE_TYPES:
+        raise errors.InvalidClusterError(
+            f"device {device.name!r}: type {device.type!r} is not one of {DEVICE_TYPES}")
+    if device.memory_bytes <= 0:
+        raise errors.InvalidClusterError(f"device {device.name!r} needs memory_bytes > 0")
+    if device.streams < 1:
+        raise errors.InvalidClusterError(f"device {device.name!r} needs streams >= 1")
+
+
+# Default figures for a pair of devices with no declared link.
+_SAME_HOST = Link("", "", 12 * GB, 10e-6)  # PCIe 3.0 x16, achievable
+_CROSS_HOST = Link("", "", 1.25 * GB, 50e-6)  # 10 Gb/s Ethernet
+
+
+class Cluster:
+    """Devices and the links between them.
+
+    Args:
+      devices: the devices; names must be full TensorFlow device names, unique.
+      links: directed links; a pair without one gets PCIe figures on one host and 10 GbE across
+        hosts.
+      name: a label (the preset name for presets).
+
+    `bandwidth[i, j]` and `latency[i, j]` are dense arrays over `devices` order (diagonal unused).
+    """
+
+    def __init__(self, devices: Sequence[Device], links: Sequence[Link] = (), name: str = "custom"):
+        devices = tuple(devices)
+        if not devices:
+            raise errors.InvalidClusterError("a cluster needs at least one device")
+        for device in devices:
+            if not isinstance(device, Device):
+                raise errors.InvalidClusterError(f"expected tfplaceto.Device, got {type(device).__name__}")
+            _validate_device(device)
+        names = [d.name for d in devices]
+        if len(set(names)) != len(names):
+            raise errors.InvalidClusterError(f"duplicate device names in {names}")
+        self.name = name
+        self.devices = devices
+        self.device_names = tuple(names)
+        self._index = {n: i for i, n in enumerate(names)}
+        n = len(devices)
+        self.bandwidth = np.zeros((n, n))
+        self.latency = np.zeros((n, n))
+        for i, a in enumerate(devices):
+            for j, b in enumerate(devices):
+                default = _SAME_HOST if a.task == b.task else _CROSS_HOST
+                self.bandwidth[i, j] = default.bandwidth_bytes_per_s
+                self.latency[i, j] = default.latency_s
+        np.fill_diagonal(self.bandwidth, np.inf)
+        for link in links:
+            i, j = self.index(link.src), self.index(link.dst)
+            if i == j or link.bandwidth_bytes_per_s <= 0 or link.latency_s < 0:
+                raise errors.InvalidClusterError(f"bad link {link}")
+            self.bandwidth[i, j] = link.bandwidth_bytes_per_s
+            self.latency[i, j] = link.latency_s
+        self.bandwidth.flags.writeable = False
+        self.latency.flags.writeable = False
+
+    # -- lookups -------------------------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def index(self, device_name: str) -> int:
+        """Position of a device; InvalidClusterError for a device outside the cluster."""
+        try:
+            return self._index[device_name]
+        except KeyError:
+            canonical = canonical_device_name(device_name)
+            if canonical in self._index:
+                return self._index[canonical]
+            raise errors.InvalidClusterError(
+                f"device {device_name!r} is not in cluster {self.name!r} "
+                f"(devices: {', '.join(self.device_names)})") from None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Distinct device kinds ("GPU:V100", "CPU:host") in order of first appearance."""
+        return tuple(dict.fromkeys(d.kind for d in self.devices))
+
+    @property
+    def memory_bytes(self) -> np.ndarray:
+        return np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
+
+    @property
+    def accelerators(self) -> tuple[Device, ...]:
+        """The GPUs, or every device when there are none (a CPU-only cluster)."""
+        gpus = tuple(d for d in self.devices if d.type == "GPU")
+        return gpus or self.devices
+
+    def links(self) -> list[Link]:
+        return [Link(a.name, b.name, float(self.bandwidth[i, j]), float(self.latency[i, j]))
+                for i, a in enumerate(self.devices) for j, b in enumerate(self.devices) if i != j]
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_proto().SerializeToString(deterministic=True)).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.name!r}, {self.num_devices} devices)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cluster) and self.to_proto() == other.to_proto()
+
+    __hash__ = None  # mutable-looking; compare by value only
+
+    # -- proto ---------------------------------------------------------------------------------
+    def to_proto(self) -> cluster_pb2.Cluster:
+        proto = cluster_pb2.Cluster(name=self.name)
+        for d in self.devices:
+            proto.devices.add(**dataclasses.asdict(d))
+        for link in self.links():
+            proto.links.add(**dataclasses.asdict(link))
+        return proto
+
+    @classmethod
+    def from_proto(cls, proto: cluster_pb2.Cluster) -> Cluster:
+        devices = [Device(**{f.name: getattr(d, f.name) for f in dataclasses.fields(Device)})
+                   for d in proto.devices]
+        links = [Link(p.src, p.dst, p.bandwidth_bytes_per_s, p.latency_s) for p in proto.links]
+        return cls(devices, links, name=proto.name or "custom")
+
+    # -- constructors --------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str) -> Cluster:
+        """A preset cluster: 2xK80 4xK80 8xK80 2xV100 4xV100 8xV100 4xH100 8xH100."""
+        match = re.fullmatch(r"(\d+)x(\w+)", name or "")
+        if not match or name not in PRESETS:
+            raise errors.InvalidClusterError(
+                f"unknown cluster preset {name!r}; known presets: {', '.join(PRESETS)}, "
+                f"'local' and 'local:N'")
+        return _build_preset(int(match[1]), match[2], name)
+
+    @classmethod
+    def local(cls, cpus: int | None = None) -> Cluster:
+        """The devices this process sees, or `cpus` logical CPU devices on this host.
+
+        Logical CPU devices are real: a session created with
+        `ConfigProto(device_count={"CPU": cpus})` has exactly these devices (see `session_config`).
+        """
+        host_memory = _host_memory_bytes()
+        cores = os.cpu_count() or 1
+        cpu = dict(type="CPU", model="host", peak_gflops=16.0 * cores * 2.5,
+                   memory_bandwidth_gbs=20.0, num_cores=cores, frequency_mhz=2500.0)
+        if cpus is not None:
+            if cpus < 1:
+                raise errors.InvalidClusterError(f"local cluster needs cpus >= 1, got {cpus}")
+            devices = [Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}",
+                              memory_bytes=host_memory // cpus, **cpu) for i in range(cpus)]
+            # Logical CPUs share one memory: a copy is a memcpy at host memory speed.
+            links = [Link(a.name, b.name, 5 * GB, 2e-6) for a in devices for b in devices if a != b]
+            return cls(devices, links, name=f"local:{cpus}")
+        import tensorflow as tf
+
+        devices = [Device(HOST, memory_bytes=host_memory, **cpu)]
+        for i, gpu in enumerate(tf.config.list_physical_devices("GPU")):
+            details = tf.config.experimental.get_device_details(gpu)
+            memory = _gpu_memory_bytes(i)
+            devices.append(Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", memory,
+                                  model=details.get("device_name", "gpu").replace(" ", "_"),
+                                  architecture=".".join(map(str, details.get("compute_capability", ())))))
+        return cls(devices, name="local")
+
+
+def canonical_device_name(name: str) -> str:
+    """Expands short names ("/device:GPU:0", "/gpu:0", "GPU:0") to the full localhost form."""
+    import tensorflow as tf
+
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except (ValueError, TypeError):
+        return name
+    if spec.device_type is None:
+        return name
+    return tf.DeviceSpec(job=spec.job or "localhost", replica=spec.replica or 0, task=spec.task or 0,
+                         device_type=spec.device_type.upper(), device_index=spec.device_index or 0).to_string()
+
+
+def as_cluster(cluster: Cluster | str) -> Cluster:
+    """A Cluster from a Cluster, a preset name, "local" or "local:N"."""
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str):
+        if cluster == "local":
+            return Cluster.local()
+        match = re.fullmatch(r"local:(\d+)", cluster)
+        if match:
+            return Cluster.local(cpus=int(match[1]))
+        return Cluster.preset(cluster)
+    raise errors.InvalidClusterError(
+        f"expected a tfplaceto.Cluster or a preset name, got {type(cluster).__name__}")
+
+
+def session_config(cluster: Cluster):
+    """A ConfigProto exposing the cluster's local devices, soft placement off."""
+    import tensorflow as tf
+
+    cpus = sum(1 for d in cluster.devices if d.type == "CPU")
+    return tf.compat.v1.ConfigProto(device_count={"CPU": max(cpus, 1)}, allow_soft_placement=False,
+                                    inter_op_parallelism_threads=0)
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 * GIB
+
+
+def _gpu_memory_bytes(index: int) -> int:
+    import tensorflow as tf
+
+    try:
+        info = tf.config.experimental.get_memory_info(f"GPU:{index}")
+        return int(info.get("limit", 0)) or 16 * GIB
+    except (ValueError, RuntimeError):
+        return 16 * GIB
+
+
+# name -> (GPU memory, peak GFLOPS, HBM GB/s, SMs, boost MHz, compute capability,
+#          GPU-GPU link, host link, host memory)
+_GPU_SPECS = {
+    # Tesla K80: figures per GK210 die (a K80 board is two of them): 12 GB GDDR5, 240 GB/s,
+    # 13 SMX at 875 MHz boost x 192 cores x 2 = 4.37 TFLOPS. Dies talk over the PCIe 3.0 switch.
+    "K80": (12 * GB, 4368.0, 240.0, 13, 875.0, "3.7", (10 * GB, 15e-6), (12 * GB, 10e-6), 256 * GIB),
+    # Tesla V100 SXM2 16 GB: 900 GB/s HBM2, 80 SMs at 1530 MHz x 64 x 2 = 15.7 TFLOPS.
+    "V100": (16 * GB, 15667.0, 900.0, 80, 1530.0, "7.0", (25 * GB, 5e-6), (12 * GB, 10e-6), 512 * GIB),
+    # H100 SXM5 80 GB: 3.35 TB/s HBM3, NVLink 4 via NVSwitch, PCIe 5.0 to the host.
+    "H100": (80 * GB, 66900.0, 3350.0, 132, 1980.0, "9.0", (450 * GB, 3e-6), (50 * GB, 5e-6), 2048 * GIB),
+}
+PRESETS = ("2xK80", "4xK80", "8xK80", "2xV100", "4xV100", "8xV100", "4xH100", "8xH100")
+
+
+def _dgx1_nvlinks(i: int, j: int) -> int:
+    """NVLink count between V100s i and j in a DGX-1 hybrid cube-mesh (0 = via PCIe/QPI)."""
+    if i // 4 == j // 4:  # fully connected quad; the ring neighbours have a double link
+        return 2 if (i - j) % 4 in (1, 3) and {i % 4, j % 4} in ({0, 1}, {2, 3}) else 1
+    return 1 if i % 4 == j % 4 else 0
+
+
+def _build_preset(count: int, model: str, name: str) -> Cluster:
+    memory, gflops, hbm, sms, mhz, arch, gpu_link, host_link, host_memory = _GPU_SPECS[model]
+    gpus = [Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", memory, model=model,
+                   peak_gflops=gflops, memory_bandwidth_gbs=hbm, num_cores=sms, frequency_mhz=mhz,
+                   architecture=arch) for i in range(count)]
+    host = Device(HOST, "CPU", host_memory, model="host", peak_gflops=1500.0, memory_bandwidth_gbs=100.0,
+                  num_cores=40, frequency_mhz=2200.0)
+    links = []
+    for i, a in enumerate(gpus):
+        links += [Link(a.name, HOST, *host_link), Link(HOST, a.name, *host_link)]
+        for j, b in enumerate(gpus):
+            if i == j:
+                continue
+            bandwidth, latency = gpu_link
+            if model == "V100":
+                nvlinks = _dgx1_nvlinks(i, j)
+                bandwidth, latency = (nvlinks * bandwidth, latency) if nvlinks else (10 * GB, 15e-6)
+            links.append(Link(a.name, b.name, bandwidth, latency))
+    return Cluster(gpus + [host], links, name=name)

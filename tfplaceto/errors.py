@@ -1,0 +1,31 @@
+"""Typed errors raised by tfplaceto.
+
+Every error a user can cause subclasses `TfplacetoError`, so callers (and the CLI) can catch
+one type and print one line. Messages say what was wrong and what to do about it.
+
+- `InvalidGraphError`: the graph cannot be parsed, has an unsupported cycle, or a fetch is missing.
+- `InvalidClusterError`: unknown preset, no devices, malformed device names, a device outside
+    the cluster.
+- `UnplaceableError`: an op fits on no device (no kernel for its type, or too little memory).
+- `CostProfileError`: a cost profile is unreadable or does not match the graph and cluster.
+"""
+
+
+class TfplacetoError(Exception):
+    """Base class of every error tfplaceto raises on bad input."""
+
+
+class InvalidGraphError(TfplacetoError, ValueError):
+    """The graph could not be read, is cyclic, or lacks a requested fetch."""
+
+
+class InvalidClusterError(TfplacetoError, ValueError):
+    """The cluster is unknown, empty or has malformed device names."""
+
+
+class UnplaceableError(TfplacetoError):
+    """An op fits on no device of the cluster (kernels or memory)."""
+
+
+class CostProfileError(TfplacetoError, ValueError):
+    """A cost profile could not be read or does not match the graph or cluster."""

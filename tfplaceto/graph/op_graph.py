@@ -1,0 +1,195 @@
+"""`OpGraph`: the one data structure every stage after import works on.
+
+An OpGraph is an immutable bundle of numpy arrays describing a dataflow DAG (graph_nets style:
+one namedtuple-like value, pure functions over it). Its nodes are TensorFlow ops, or groups of ops
+after `tfplaceto.graph.grouping.group`; the same fields serve both, so the simulator, the
+baselines and the policy work at either level.
+
+Fields (N nodes, T tensors, E data edges, C control edges):
+  names        (N,) str      op (or group) names; `index_of(name)` maps back.
+  types        (N,) str      op types ("Conv2D", ...; "Group" for groups).
+  tensor_producer (T,) int32 node producing each tensor that crosses an edge.
+  tensor_bytes (T,) int64    bytes of each such tensor (static shapes, batch filled in).
+  edge_tensor  (E,) int32    tensor carried by each data edge ...
+  edge_consumer (E,) int32   ... to this node. One edge per (tensor, consumer) pair.
+  control_senders, control_receivers (C,) int32: ordering-only edges (no bytes moved).
+  output_bytes (N,) int64    bytes of all outputs of a node (transient memory it allocates).
+  persistent_bytes (N,) int64 bytes held for the whole step (variables, optimizer slots, consts).
+  colocation   (N,) int32    colocation group id; nodes with equal ids must share a device.
+  kernels      (N, 2) bool   has a kernel for DEVICE_TYPES ("CPU", "GPU").
+  topo_order   (N,) int32    a topological order of nodes (data and control edges).
+  graph_def    the TensorFlow GraphDef the ops come from (None for a grouped graph).
+  fetches      names of the fetched ops (the graph's sinks by default).
+  variable_values  name -> ndarray of variable values known at import (may be empty).
+
+`senders`/`receivers` give the edges as node pairs (what a graph_nets GraphsTuple wants).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tfplaceto import errors
+
+DEVICE_TYPES = ("CPU", "GPU")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpGraph:
+    """A dataflow DAG of ops (or groups) as arrays; see the module docstring for the fields."""
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    tensor_producer: np.ndarray
+    tensor_bytes: np.ndarray
+    edge_tensor: np.ndarray
+    edge_consumer: np.ndarray
+    control_senders: np.ndarray
+    control_receivers: np.ndarray
+    output_bytes: np.ndarray
+    persistent_bytes: np.ndarray
+    colocation: np.ndarray
+    kernels: np.ndarray
+    topo_order: np.ndarray
+    graph_def: object | None = None
+    fetches: tuple[str, ...] = ()
+    variable_values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        object.__setattr__(self, "_index", {n: i for i, n in enumerate(self.names)})
+
+    # -- sizes and lookups -----------------------------------------------------------------------
+    @property
+    def num_ops(self) -> int:
+        return len(self.names)
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return self.names
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_tensor)
+
+    def index_of(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise errors.InvalidGraphError(f"no op named {name!r} in the graph") from None
+
+    @property
+    def senders(self) -> np.ndarray:
+        """Producer node of each data edge."""
+        return self.tensor_producer[self.edge_tensor]
+
+    @property
+    def receivers(self) -> np.ndarray:
+        """Consumer node of each data edge."""
+        return self.edge_consumer
+
+    @property
+    def edge_bytes(self) -> np.ndarray:
+        return self.tensor_bytes[self.edge_tensor]
+
+    def fingerprint(self) -> str:
+        """A stable hash of the structure, sizes and constraints (not of variable values)."""
+        digest = hashlib.sha256()
+        digest.update("\0".join(self.names).encode())
+        digest.update("\0".join(self.types).encode())
+        for array in (self.tensor_producer, self.tensor_bytes, self.edge_tensor, self.edge_consumer,
+                      self.control_senders, self.control_receivers, self.output_bytes,
+                      self.persistent_bytes, self.colocation, self.kernels):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"OpGraph({self.num_ops} ops, {self.num_edges} edges, {len(self.fetches)} fetches)"
+
+
+def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, tensor_bytes,
+                  edge_tensor, edge_consumer, control_senders=(), control_receivers=(),
+                  output_bytes=None, persistent_bytes=None, colocation=None, kernels=None,
+                  graph_def=None, fetches: Sequence[str] = (),
+                  variable_values: Mapping[str, np.ndarray] | None = None) -> OpGraph:
+    """Builds an OpGraph from plain sequences, filling defaults and checking it is a DAG.
+
+    Defaults: output_bytes = sum of the node's tensor bytes, no persistent memory, every node its
+    own colocation group, kernels on every device type, fetches = sinks.
+    Raises InvalidGraphError for out-of-range indices or a cycle.
+    """
+    n = len(names)
+    tensor_producer = np.asarray(tensor_producer, dtype=np.int32).reshape(-1)
+    tensor_bytes = np.asarray(tensor_bytes, dtype=np.int64).reshape(-1)
+    edge_tensor = np.asarray(edge_tensor, dtype=np.int32).reshape(-1)
+    edge_consumer = np.asarray(edge_consumer, dtype=np.int32).reshape(-1)
+    control_senders = np.asarray(control_senders, dtype=np.int32).reshape(-1)
+    control_receivers = np.asarray(control_receivers, dtype=np.int32).reshape(-1)
+    if len(types) != n:
+        raise errors.InvalidGraphError("names and types differ in length")
+    if len(tensor_producer) != len(tensor_bytes) or len(edge_tensor) != len(edge_consumer):
+        raise errors.InvalidGraphError("tensor or edge arrays differ in length")
+    if len(control_senders) != len(control_receivers):
+        raise errors.InvalidGraphError("control edge arrays differ in length")
+    for label, array, bound in (("tensor_producer", tensor_producer, n), ("edge_tensor", edge_tensor, len(tensor_producer)),
+                                ("edge_consumer", edge_consumer, n), ("control_senders", control_senders, n),
+                                ("control_receivers", control_receivers, n)):
+        if array.size and (array.min() < 0 or array.max() >= bound):
+            raise errors.InvalidGraphError(f"{label} has an index out of range")
+    if output_bytes is None:
+        output_bytes = np.bincount(tensor_producer, weights=tensor_bytes, minlength=n)
+    output_bytes = np.asarray(output_bytes, dtype=np.int64)
+    persistent_bytes = np.zeros(n, np.int64) if persistent_bytes is None else np.asarray(persistent_bytes, np.int64)
+    colocation = np.arange(n, dtype=np.int32) if colocation is None else np.asarray(colocation, np.int32)
+    kernels = np.ones((n, len(DEVICE_TYPES)), bool) if kernels is None else np.asarray(kernels, bool)
+    senders = tensor_producer[edge_tensor]
+    topo = topological_order(n, np.concatenate([senders, control_senders]),
+                             np.concatenate([edge_consumer, control_receivers]), names)
+    if not fetches:
+        has_out = np.zeros(n, bool)
+        has_out[senders] = True
+        has_out[control_senders] = True
+        fetches = tuple(names[i] for i in range(n) if not has_out[i])
+    return OpGraph(tuple(names), tuple(types), tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
+                   control_senders, control_receivers, output_bytes, persistent_bytes, colocation,
+                   kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}))
+
+
+def topological_order(n: int, senders: np.ndarray, receivers: np.ndarray,
+                      names: Sequence[str] = ()) -> np.ndarray:
+    """Kahn's algorithm (ties by node index, so the order is deterministic).
+
+    Raises InvalidGraphError naming a node on a cycle when the graph is not a DAG.
+    """
+    import heapq
+
+    senders = np.asarray(senders, np.int64)
+    receivers = np.asarray(receivers, np.int64)
+    order = np.argsort(senders, kind="stable")
+    starts = np.searchsorted(senders[order], np.arange(n + 1))
+    succ = receivers[order]
+    indegree = np.bincount(receivers, minlength=n)
+    ready = [i for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    result = []
+    while ready:
+        node = heapq.heappop(ready)
+        result.append(node)
+        for child in succ[starts[node]:starts[node + 1]]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                heapq.heappush(ready, int(child))
+    if len(result) != n:
+        stuck = [i for i in range(n) if indegree[i] > 0]
+        label = names[stuck[0]] if len(names) else str(stuck[0])
+        raise errors.InvalidGraphError(
+            f"the graph has a cycle through {label!r} ({len(stuck)} ops on or after cycles); "
+            "only DAGs and TF while loops (NextIteration back edges) are supported")
+    return np.asarray(result, dtype=np.int32)
