@@ -1,0 +1,123 @@
+"""`Placement`: the device of every op, and its conversions.
+
+A Placement maps op (or group) names to full device names. Internally placers work with an int
+array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`);
+`expand` turns a placement of groups into a placement of the ops in them. On disk it is the
+`tfplaceto.Placement` proto (protos/placement.proto), written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from tfplaceto import errors
+from tfplaceto.cluster import Cluster
+from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.protos import placement_pb2
+
+
+class Placement(Mapping[str, str]):
+    """An immutable mapping op name -> device name, with the method that produced it."""
+
+    def __init__(self, op_device: Mapping[str, str], method: str = "", notes: str = ""):
+        self._op_device = dict(op_device)
+        self.method = method
+        self.notes = notes
+
+    def __getitem__(self, op_name: str) -> str:
+        return self._op_device[op_name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._op_device)
+
+    def __len__(self) -> int:
+        return len(self._op_device)
+
+    def __repr__(self) -> str:
+        devices = sorted(set(self._op_device.values()))
+        return f"Placement({len(self)} ops on {len(devices)} devices, method={self.method!r})"
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self._op_device.values())))
+
+    # -- arrays ----------------------------------------------------------------------------------
+    @classmethod
+    def from_indices(cls, op_graph: OpGraph, cluster: Cluster, device_of: np.ndarray,
+                     method: str = "", notes: str = "") -> Placement:
+        device_of = np.asarray(device_of)
+        if device_of.shape != (op_graph.num_ops,):
+            raise ValueError(f"expected {op_graph.num_ops} device indices, got shape {device_of.shape}")
+        names = cluster.device_names
+        return cls({op: names[int(d)] for op, d in zip(op_graph.names, device_of)}, method, notes)
+
+    def to_indices(self, op_graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        """Device index per node of op_graph. Every node must be placed on a cluster device."""
+        missing = [n for n in op_graph.names if n not in self._op_device]
+        if missing:
+            raise errors.InvalidGraphError(
+                f"the placement has no device for {len(missing)} ops, e.g. {missing[:3]}; "
+                "place the same graph you simulate")
+        lookup = {}
+        result = np.empty(op_graph.num_ops, np.int32)
+        for i, op in enumerate(op_graph.names):
+            device = self._op_device[op]
+            if device not in lookup:
+                lookup[device] = cluster.index(device)
+            result[i] = lookup[device]
+        return result
+
+    # -- proto and files -------------------------------------------------------------------------
+    def to_proto(self) -> placement_pb2.Placement:
+        return placement_pb2.Placement(op_device=self._op_device, method=self.method, notes=self.notes)
+
+    @classmethod
+    def from_proto(cls, proto: placement_pb2.Placement) -> Placement:
+        return cls(dict(proto.op_device), proto.method, proto.notes)
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write(path, self.to_proto().SerializeToString(deterministic=True))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Placement:
+        proto = placement_pb2.Placement()
+        try:
+            with open(path, "rb") as f:
+                proto.ParseFromString(f.read())
+        except OSError as e:
+            raise errors.InvalidGraphError(f"cannot read placement {path}: {e.strerror}") from None
+        except Exception:  # protobuf's DecodeError
+            raise errors.InvalidGraphError(f"{path} is not a tfplaceto Placement proto") from None
+        return cls.from_proto(proto)
+
+
+def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
+    return placement if isinstance(placement, Placement) else Placement(placement)
+
+
+def expand(group_placement: Placement, op_graph: OpGraph, op_to_group: np.ndarray,
+           group_names: tuple[str, ...]) -> Placement:
+    """The op placement implied by a placement of groups (op i goes where its group goes)."""
+    devices = [group_placement[g] for g in group_names]
+    return Placement({op: devices[g] for op, g in zip(op_graph.names, op_to_group)},
+                     group_placement.method, group_placement.notes)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Writes data to path through a temporary file and a rename, so a reader never sees half."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
