@@ -1,0 +1,318 @@
+"""Builds an `OpGraph` from a self-contained TensorFlow GraphDef.
+
+`op_graph_from_graph_def` is the one place where TensorFlow's view of a graph becomes arrays:
+- batch sizes: placeholders with an unknown leading dimension get `batch_size`, then TensorFlow's
+  own shape inference (import into a tf.Graph) gives every output its static shape and bytes;
+- edges: one per (tensor, consumer) pair; control inputs become control edges; the back edges of
+  TF1 while loops (NextIteration -> Merge) are dropped so the result is a DAG;
+- pruning: only the ops the fetches depend on are kept (as a Session would run them);
+- memory: variables (VarHandleOp, VariableV2, optimizer slots alike) and constants are persistent;
+- colocation: `_class: loc:@x` attributes, and resource/reference edges (a variable and the ops
+  that read or update it must share a device, as TensorFlow's placer enforces);
+- kernels: the device types with a registered kernel for each node's op and dtype attributes
+  (TensorFlow's kernel registry lists GPU kernels even in a CPU-only process).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tfplaceto import errors
+from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
+
+# Ops that take a resource input without TensorFlow colocating them with the resource.
+_RESOURCE_COLOCATION_EXEMPT = frozenset({
+    "While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
+    "StatefulPartitionedCall", "IdentityN",
+})
+_VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "VarHandleOpV2"})
+_BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
+# Bytes per element assumed for strings, whose size shape inference cannot know.
+_STRING_ELEMENT_BYTES = 64
+
+
+def parse_input(name: str) -> tuple[str, int, bool]:
+    """Splits a NodeDef input into (node name, output index, is_control)."""
+    if name.startswith("^"):
+        return name[1:], -1, True
+    node, _, index = name.partition(":")
+    return node, int(index) if index else 0, False
+
+
+def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
+                            batch_size: int | None = None,
+                            variable_values: Mapping[str, np.ndarray] | None = None) -> OpGraph:
+    """The OpGraph of a self-contained GraphDef (function calls inlined, variables as nodes).
+
+    Args:
+      graph_def: a tf.compat.v1.GraphDef; it is copied, never modified.
+      fetches: op or tensor names the step computes; default: the graph's sinks.
+      batch_size: fills unknown leading dimensions of placeholders.
+      variable_values: known values of variables, carried along for measurement.
+
+    Raises:
+      InvalidGraphError: empty graph, unknown fetch, unknown shapes with no batch_size, cycles.
+    """
+    import tensorflow as tf
+
+    if not isinstance(graph_def, tf.compat.v1.GraphDef):
+        raise errors.InvalidGraphError(f"expected a GraphDef, got {type(graph_def).__name__}")
+    if not graph_def.node:
+        raise errors.InvalidGraphError("the graph has no ops")
+    graph_def = _fill_batch_dims(graph_def, batch_size)
+    nodes = {n.name: n for n in graph_def.node}
+    fetch_ops = _normalize_fetches(fetches, nodes)
+    keep = _fanin(fetch_ops or _sinks(graph_def), nodes)
+    pruned = tf.compat.v1.GraphDef()
+    pruned.versions.CopyFrom(graph_def.versions)
+    pruned.library.CopyFrom(graph_def.library)
+    pruned.node.extend(n for n in graph_def.node if n.name in keep)
+
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(pruned, name="")
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {first_line}") from None
+    return _build(graph, pruned, fetch_ops, variable_values)
+
+
+def _fill_batch_dims(graph_def, batch_size: int | None):
+    """A copy of graph_def whose placeholders have a known leading dimension."""
+    import tensorflow as tf
+
+    result = tf.compat.v1.GraphDef()
+    result.CopyFrom(graph_def)
+    for node in result.node:
+        if node.op != "Placeholder" or "shape" not in node.attr:
+            continue
+        shape = node.attr["shape"].shape
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+        if dtype == tf.resource or dtype == tf.variant:
+            continue
+        if shape.unknown_rank:
+            raise errors.InvalidGraphError(
+                f"placeholder {node.name!r} has an unknown rank; give it a shape so tensor sizes "
+                "can be computed")
+        dims = [d.size for d in shape.dim]
+        if dims and dims[0] < 0:
+            if batch_size is None:
+                raise errors.InvalidGraphError(
+                    f"placeholder {node.name!r} has shape {_shape_str(dims)} with an unknown batch "
+                    "dimension; pass batch_size=N so tensor sizes can be computed")
+            shape.dim[0].size = int(batch_size)
+        if any(d.size < 0 for d in shape.dim):
+            raise errors.InvalidGraphError(
+                f"placeholder {node.name!r} has shape {_shape_str([d.size for d in shape.dim])}: "
+                "only the leading (batch) dimension may be unknown")
+    return result
+
+
+def _shape_str(dims) -> str:
+    return "[" + ", ".join("?" if d < 0 else str(d) for d in dims) + "]"
+
+
+def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
+    if fetches is None:
+        return ()
+    if isinstance(fetches, str):
+        fetches = [fetches]
+    result = []
+    for fetch in fetches:
+        name = parse_input(str(fetch))[0]
+        if name not in nodes:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(nodes), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise errors.InvalidGraphError(f"fetch {fetch!r} is not an op of the graph{hint}")
+        result.append(name)
+    return tuple(dict.fromkeys(result))
+
+
+def _sinks(graph_def) -> tuple[str, ...]:
+    consumed = {parse_input(i)[0] for n in graph_def.node for i in n.input}
+    return tuple(n.name for n in graph_def.node if n.name not in consumed)
+
+
+def _fanin(roots, nodes) -> set[str]:
+    keep, stack = set(), list(roots)
+    while stack:
+        name = stack.pop()
+        if name in keep or name not in nodes:
+            continue
+        keep.add(name)
+        stack.extend(parse_input(i)[0] for i in nodes[name].input)
+    return keep
+
+
+def _tensor_bytes(tensor, fallback: int) -> tuple[int, bool]:
+    """(bytes, known) of a tf.Tensor's static shape; unknown sizes take `fallback`."""
+    import tensorflow as tf
+
+    dtype = tensor.dtype.base_dtype
+    if dtype in (tf.resource, tf.variant):
+        return 0, True
+    shape = tensor.shape
+    if shape.rank is None or any(d is None for d in shape.as_list()):
+        return fallback, False
+    elements = int(np.prod(shape.as_list(), dtype=np.int64))
+    size = _STRING_ELEMENT_BYTES if dtype == tf.string else dtype.size
+    return elements * size, True
+
+
+def _variable_bytes(node) -> int:
+    import tensorflow as tf
+
+    shape = node.attr["shape"].shape
+    if shape.unknown_rank or any(d.size < 0 for d in shape.dim):
+        return 0
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type).base_dtype
+    return int(np.prod([d.size for d in shape.dim], dtype=np.int64)) * dtype.size
+
+
+@functools.lru_cache(maxsize=None)
+def _registered_kernels(op_type: str):
+    from tensorflow.python.framework import kernels
+
+    try:
+        return tuple(kernels.get_registered_kernels_for_op(op_type).kernel)
+    except Exception:  # an op type this TensorFlow does not know
+        return ()
+
+
+def kernel_device_types(node_def) -> tuple[bool, ...]:
+    """For each of DEVICE_TYPES, whether a registered kernel matches the node's type attributes."""
+    available = {t: False for t in DEVICE_TYPES}
+    for kernel in _registered_kernels(node_def.op):
+        kinds = DEVICE_TYPES if kernel.device_type == "DEFAULT" else (kernel.device_type,)
+        if not any(k in available and not available[k] for k in kinds):
+            continue
+        if all(_satisfies(node_def, c) for c in kernel.constraint):
+            for k in kinds:
+                if k in available:
+                    available[k] = True
+    return tuple(available[t] for t in DEVICE_TYPES)
+
+
+def _satisfies(node_def, constraint) -> bool:
+    if constraint.name not in node_def.attr:
+        return True  # a default value: TF's own defaults are allowed by registration
+    allowed = set(constraint.allowed_values.list.type)
+    if not allowed:
+        return True
+    value = node_def.attr[constraint.name]
+    if value.HasField("type"):
+        return value.type in allowed
+    if value.HasField("list"):
+        return all(t in allowed for t in value.list.type)
+    return True
+
+
+class _UnionFind:
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
+    import tensorflow as tf
+
+    ops = graph.get_operations()
+    index = {op.name: i for i, op in enumerate(ops)}
+    node_defs = {n.name: n for n in graph_def.node}
+    n = len(ops)
+    colocation = _UnionFind(n)
+    kernel_cache: dict = {}
+    kernels = np.zeros((n, len(DEVICE_TYPES)), bool)
+    output_bytes = np.zeros(n, np.int64)
+    persistent = np.zeros(n, np.int64)
+    tensor_ids: dict[tuple[int, int], int] = {}
+    tensor_producer, tensor_bytes = [], []
+    edge_tensor, edge_consumer = [], []
+    control_senders, control_receivers = [], []
+    out_bytes_of: dict[tuple[int, int], int] = {}
+
+    for i, op in enumerate(ops):
+        node = node_defs[op.name]
+        key = (node.op,) + tuple(sorted(
+            (c.name, node.attr[c.name].SerializeToString()) for k in _registered_kernels(node.op)
+            for c in k.constraint if c.name in node.attr))
+        if key not in kernel_cache:
+            kernel_cache[key] = kernel_device_types(node)
+        kernels[i] = kernel_cache[key]
+        known_inputs = [out_bytes_of.get((index[t.op.name], t.value_index), 0) for t in op.inputs]
+        fallback = max(known_inputs, default=0)
+        for t in op.outputs:
+            size, _ = _tensor_bytes(t, fallback)
+            out_bytes_of[(i, t.value_index)] = size
+            output_bytes[i] += size
+        if node.op in _VARIABLE_OPS:
+            persistent[i] = _variable_bytes(node)
+        elif node.op == "Const":
+            persistent[i] = output_bytes[i]
+        for value in node.attr["_class"].list.s if "_class" in node.attr else ():
+            target = value.decode()
+            if target.startswith("loc:@") and target[5:] in index:
+                colocation.union(i, index[target[5:]])
+
+    for i, op in enumerate(ops):
+        node = node_defs[op.name]
+        seen = set()
+        for t in op.inputs:
+            p = index[t.op.name]
+            if t.op.type in _BACK_EDGE_OPS:
+                continue  # TF1 while loop back edge: ordering within an iteration only
+            if (t.dtype.base_dtype == tf.resource or t.dtype._is_ref_dtype) and \
+                    node.op not in _RESOURCE_COLOCATION_EXEMPT:
+                colocation.union(i, p)
+            key = (p, t.value_index)
+            if key not in tensor_ids:
+                tensor_ids[key] = len(tensor_producer)
+                tensor_producer.append(p)
+                tensor_bytes.append(out_bytes_of[key])
+            if (tensor_ids[key], i) not in seen:
+                seen.add((tensor_ids[key], i))
+                edge_tensor.append(tensor_ids[key])
+                edge_consumer.append(i)
+        for c in op.control_inputs:
+            control_senders.append(index[c.name])
+            control_receivers.append(i)
+
+    roots = np.array([colocation.find(i) for i in range(n)])
+    _, colocation_ids = np.unique(roots, return_inverse=True)
+    values = dict(variable_values or {})
+    return make_op_graph(
+        [op.name for op in ops], [op.type for op in ops], tensor_producer, tensor_bytes, edge_tensor,
+        edge_consumer, control_senders, control_receivers, output_bytes, persistent, colocation_ids,
+        kernels, graph_def=graph_def, fetches=fetches, variable_values=values)
+
+
+def colocated_kernels(op_graph: OpGraph) -> np.ndarray:
+    """(N, len(DEVICE_TYPES)) device types allowed for each op given its whole colocation group."""
+    groups = op_graph.colocation
+    allowed = np.ones((groups.max() + 1, op_graph.kernels.shape[1]), bool)
+    np.logical_and.at(allowed, groups, op_graph.kernels)
+    return allowed[groups]
+
+
+def group_members(labels: np.ndarray) -> dict[int, list[int]]:
+    members = collections.defaultdict(list)
+    for i, g in enumerate(labels):
+        members[int(g)].append(i)
+    return members
