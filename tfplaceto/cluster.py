@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.graph.op_graph import DEVICE_TYPES
 from tfplaceto.protos import cluster_pb2
 
 GB = 10**9
@@ -32,7 +33,6 @@ HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _DEVICE_NAME = re.compile(
     r"^/job:(?P<job>[\w-]+)/replica:(?P<replica>\d+)/task:(?P<task>\d+)/device:(?P<type>[A-Z_]+):(?P<index>\d+)$"
 )
-DEVICE_TYPES = ("CPU", "GPU")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ one type and print one line. Messages say what was wrong and what to do about it
     the cluster.
 - `UnplaceableError`: an op fits on no device (no kernel for its type, or too little memory).
 - `CostProfileError`: a cost profile is unreadable or does not match the graph and cluster.
+- `InvalidMethodError`: an unknown placement method.
 """
 
 
@@ -29,3 +30,7 @@ class UnplaceableError(TfplacetoError):
 
 class CostProfileError(TfplacetoError, ValueError):
     """A cost profile could not be read or does not match the graph or cluster."""
+
+
+class InvalidMethodError(TfplacetoError, ValueError):
+    """An unknown placement method, or one this installation cannot run."""

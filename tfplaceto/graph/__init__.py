@@ -1,1 +1,52 @@
-"""Graphs: import from every TensorFlow source into an OpGraph, grouping, graph_nets conversion."""
+"""Graphs: import from every TensorFlow source into an OpGraph, and grouping.
+
+- `op_graph.py`: the OpGraph arrays (the one data structure of the later stages).
+- `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
+  SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined.
+- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory).
+- `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups.
+- `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tfplaceto import errors
+from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
+from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
+from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
+
+BUILTIN_PREFIX = "builtin:"
+
+
+def import_graph(source, fetches: Sequence[str] | str | None = None,
+                 batch_size: int | None = None) -> OpGraph:
+    """Imports a TensorFlow computation as an OpGraph.
+
+    Args:
+      source: a GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, tf.keras.Model (compiled: its
+        whole training step; uncompiled: its forward pass), a SavedModel directory, a .pb/.pbtxt
+        path, or "builtin:NAME" (see `tfplaceto models`).
+      fetches: op or tensor names the step computes; default: the source's outputs or sinks.
+      batch_size: fills unknown batch dimensions (built-in graphs have their own default).
+
+    Raises:
+      InvalidGraphError: the source cannot be read, has unknown sizes, a cycle or a bad fetch.
+    """
+    from tfplaceto.graph import sources
+
+    if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
+        from tfplaceto.graph import builtin
+
+        source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
+        batch_size = batch_size or default_batch
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+    loaded = sources.load_source(source, fetches=fetches)
+    return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
+                                   loaded.variable_values)
+
+
+__all__ = ["DEFAULT_MAX_GROUPS", "DEVICE_TYPES", "Grouping", "OpGraph", "group", "import_graph",
+           "make_op_graph", "op_graph_from_graph_def"]

@@ -176,7 +176,7 @@ def _variable_bytes(node) -> int:
     return int(np.prod([d.size for d in shape.dim], dtype=np.int64)) * dtype.size
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _registered_kernels(op_type: str):
     from tensorflow.python.framework import kernels
 

@@ -1,0 +1,54 @@
+"""Baseline placers: one module per algorithm, all with the same signature.
+
+Each module defines `place(problem, seed=0, budget_s=None) -> np.ndarray`: the device index of
+every node of `problem.graph` (see tfplaceto/problem.py), honouring kernels (`problem.allowed`),
+colocation ties and device memory, deterministic given `seed`. `PLACERS` maps method names to
+them; `tfplaceto.place` is the public entry point.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import numpy as np
+
+from tfplaceto.problem import Problem
+
+# method name -> module under tfplaceto.baselines
+_MODULES = {
+    "single": "single",
+    "random": "random_placement",
+    "round_robin": "round_robin",
+    "expert": "expert",
+    "metis": "metis",
+    "m_topo": "m_topo",
+    "m_etf": "m_etf",
+    "m_sct": "m_sct",
+    "heft": "heft",
+    "local_search": "local_search",
+}
+
+Placer = Callable[..., np.ndarray]
+
+
+def available() -> tuple[str, ...]:
+    """The baseline methods whose modules exist in this installation."""
+    return tuple(m for m in _MODULES if importlib.util.find_spec(f"tfplaceto.baselines.{_MODULES[m]}"))
+
+
+def get(method: str) -> Placer:
+    module = importlib.import_module(f"tfplaceto.baselines.{_MODULES[method]}")
+    return module.place
+
+
+def run(method: str, problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
+    """Runs a baseline and checks its answer honours the problem's constraints."""
+    device_of = np.asarray(get(method)(problem, seed=seed, budget_s=budget_s), dtype=np.int32)
+    if device_of.shape != (problem.num_nodes,):
+        raise AssertionError(f"{method} returned shape {device_of.shape}")
+    if not problem.allowed[np.arange(problem.num_nodes), device_of].all():
+        raise AssertionError(f"{method} placed a node on a device without a kernel for it")
+    if (problem.tie(device_of) != device_of).any():
+        raise AssertionError(f"{method} split a colocation class")
+    return device_of

@@ -1,0 +1,166 @@
+"""The `tfplaceto` command line (also `python -m tfplaceto`).
+
+  tfplaceto place SOURCE --cluster C [--method M] [--budget-s S] --out OUT.pb
+                  [--report R.json] [--gantt G.png] [--trace T.json] [--batch-size N] [--fetch F]
+  tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
+  tfplaceto models
+
+Bad input prints one line on stderr and exits with status 2, with no traceback and nothing
+written at the output paths (every output is written atomically, after all the work is done).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_BAD_INPUT = 2
+
+
+def _quiet_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"tfplaceto: error: {message} (see tfplaceto --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tfplaceto", description="Learned device placement for TensorFlow graphs.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    place = commands.add_parser("place", help="place a graph and write the placed GraphDef")
+    place.add_argument("source", help="GraphDef .pb/.pbtxt, SavedModel directory, or builtin:NAME")
+    place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
+    place.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
+    place.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
+    place.add_argument("--out", required=True, help="where to write the placed GraphDef (.pb or .pbtxt)")
+    place.add_argument("--report", help="JSON report of the figures")
+    place.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
+    place.add_argument("--trace", help="Chrome trace JSON of the simulated step")
+    place.add_argument("--placement-out", help="write the Placement proto here too")
+    place.add_argument("--batch-size", type=int, default=None)
+    place.add_argument("--fetch", action="append", default=None, help="fetch op (repeatable)")
+    place.add_argument("--seed", type=int, default=0)
+
+    simulate = commands.add_parser("simulate", help="simulate a placed graph")
+    simulate.add_argument("source")
+    simulate.add_argument("--cluster", required=True)
+    simulate.add_argument("--placement", required=True, help="a Placement proto written by `place`")
+    simulate.add_argument("--gantt")
+    simulate.add_argument("--trace")
+    simulate.add_argument("--batch-size", type=int, default=None)
+    simulate.add_argument("--fetch", action="append", default=None)
+
+    commands.add_parser("models", help="list the built-in graphs and graph families")
+    return parser
+
+
+def _write_graph(path: str, graph_def) -> None:
+    from google.protobuf import text_format
+
+    from tfplaceto.placement import atomic_write
+
+    data = text_format.MessageToString(graph_def).encode() if path.endswith(".pbtxt") else \
+        graph_def.SerializeToString(deterministic=True)
+    atomic_write(path, data)
+
+
+def _check_output_paths(*paths: str | None) -> None:
+    from tfplaceto import errors
+
+    for path in paths:
+        if path is None:
+            continue
+        directory = os.path.dirname(os.path.abspath(path)) or "."
+        if os.path.isdir(path):
+            raise errors.TfplacetoError(f"output path {path} is a directory")
+        if os.path.exists(directory) and not os.access(directory, os.W_OK):
+            raise errors.TfplacetoError(f"cannot write to {directory}")
+
+
+def _cmd_place(args) -> int:
+    import tfplaceto as tp
+    from tfplaceto.placement import atomic_write
+
+    _check_output_paths(args.out, args.report, args.gantt, args.trace, args.placement_out)
+    result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method,
+                         budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size)
+    # Render everything first; write the graph last so a failure leaves OUT untouched.
+    sim = result.simulate() if (args.gantt or args.trace) else None
+    if sim is not None and args.trace:
+        sim.save_chrome_trace(args.trace)
+    if sim is not None and args.gantt:
+        sim.plot_gantt(args.gantt)
+    if args.report:
+        atomic_write(args.report, json.dumps(result.summary(), indent=2, sort_keys=True).encode())
+    if args.placement_out:
+        result.placement.save(args.placement_out)
+    _write_graph(args.out, result.graph_def)
+    _print_table(result)
+    return 0
+
+
+def _print_table(result) -> None:
+    rows = sorted(result.baselines.items(), key=lambda kv: kv[1])
+    width = max([len(m) for m, _ in rows] + [len(result.method_used), 6])
+    print(f"{'method':<{width}}  step time (ms)  x lower bound")
+    for method, step in rows:
+        mark = "  <- chosen" if method == result.method_used else ""
+        print(f"{method:<{width}}  {step * 1e3:14.3f}  {step / result.lower_bound_s:13.2f}{mark}")
+    if result.method_used not in result.baselines:
+        print(f"{result.method_used:<{width}}  {result.step_time_s * 1e3:14.3f}  "
+              f"{result.step_time_s / result.lower_bound_s:13.2f}  <- chosen")
+    print(f"lower bound {result.lower_bound_s * 1e3:.3f} ms; {result.placement.notes}; "
+          f"{'OUT OF MEMORY; ' if result.oom else ''}placed in {result.placement_time_s:.1f} s")
+
+
+def _cmd_simulate(args) -> int:
+    import tfplaceto as tp
+
+    _check_output_paths(args.gantt, args.trace)
+    op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size)
+    placement = tp.Placement.load(args.placement)
+    sim = tp.simulate(op_graph, placement, args.cluster)
+    if args.trace:
+        sim.save_chrome_trace(args.trace)
+    if args.gantt:
+        sim.plot_gantt(args.gantt)
+    print(f"step time {sim.step_time_s * 1e3:.3f} ms, {sim.transfer_bytes / 1e6:.1f} MB moved, "
+          f"{'OOM' if sim.oom else 'fits'}")
+    for device, peak in sim.peak_memory_bytes.items():
+        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {peak / 2**30:.2f} GiB")
+    return 0
+
+
+def _cmd_models(args) -> int:
+    from tfplaceto.graph import builtin
+
+    for name, description in builtin.describe():
+        print(f"builtin:{name:<24} {description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_tensorflow()
+    args = _parser().parse_args(argv)
+    from tfplaceto import errors
+
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models}
+    try:
+        return handlers[args.command](args)
+    except errors.TfplacetoError as e:
+        print(f"tfplaceto: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("tfplaceto: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""`place` and `optimize`: from a graph and a cluster to a placement, the public verbs.
+
+- `place(op_graph, cluster, method)` runs one method (a baseline or the Placeto policy) and
+  returns an op-level Placement.
+- `optimize(source, ...)` is the one-call flow: import, profile (measured on the local machine,
+  analytical for presets), place with the chosen method, compare against the fast baselines, keep
+  the best, and write the devices back into the graph. It never returns a placement worse than
+  the best baseline it evaluated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from tfplaceto import baselines, errors
+from tfplaceto.cluster import Cluster, as_cluster
+from tfplaceto.costs.profile import CostProfile
+from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.placement import Placement
+from tfplaceto.problem import Problem, make_problem
+
+METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
+           "local_search", "placeto")
+# Baselines optimize() compares against: fast and deterministic (local_search needs a budget).
+COMPARED_BASELINES = ("single", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft")
+
+
+def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
+    from tfplaceto.costs import profile
+
+    if isinstance(costs, CostProfile):
+        costs.check(op_graph)
+        return costs
+    if costs is None:
+        costs = "measured" if cluster.name.startswith("local") else "analytical"
+    return profile(op_graph, cluster, source=costs)
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS and method != "auto":
+        raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
+    if method == "placeto":
+        try:
+            from tfplaceto.policy import placer  # noqa: F401
+        except ImportError:
+            raise errors.InvalidMethodError(
+                "the placeto policy is not part of this installation yet; use method='auto' (the "
+                "best baseline) or one of " + ", ".join(baselines.available())) from None
+    elif method != "auto" and method not in baselines.available():
+        raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
+
+
+def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
+    """Node-level device indices for a Problem (no expansion to ops)."""
+    if method == "placeto":
+        from tfplaceto.policy import placer
+
+        return placer.place(problem, seed=seed, budget_s=budget_s)
+    return baselines.run(method, problem, seed=seed, budget_s=budget_s)
+
+
+def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", costs=None, seed: int = 0,
+          budget_s: float | None = None) -> Placement:
+    """Places every op of op_graph on a device of cluster with one method (see METHODS)."""
+    _check_method(method)
+    cluster = as_cluster(cluster)
+    costs = _resolve_costs(op_graph, cluster, costs)
+    problem = make_problem(op_graph, cluster, costs)
+    if method == "auto":
+        return _best_of(problem, op_graph, COMPARED_BASELINES, seed)[0]
+    device_of = problem.expand(place_problem(problem, method, seed, budget_s))
+    return Placement.from_indices(op_graph, cluster, device_of, method, _notes(problem))
+
+
+def _notes(problem: Problem) -> str:
+    if problem.grouping is None:
+        return f"placed op by op ({problem.num_nodes} ops)"
+    return f"placed on {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops} ops"
+
+
+def _evaluate(problem: Problem, methods: Sequence[str], seed: int,
+              budget_s: float | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
+    """method -> (oom, simulated step time, node device indices) for each available method."""
+    simulator = problem.simulator()
+    results = {}
+    for method in methods:
+        device_of = place_problem(problem, method, seed, budget_s)
+        step_time, _, oom = simulator.run(device_of)
+        results[method] = (bool(oom), float(step_time), device_of)
+    return results
+
+
+def _best_of(problem: Problem, op_graph: OpGraph, methods: Sequence[str], seed: int):
+    """(placement, step_time, {method: step_time}) of the best available method."""
+    results = _evaluate(problem, [m for m in methods if m in baselines.available()], seed)
+    method = min(results, key=lambda m: results[m][:2])
+    oom, step_time, device_of = results[method]
+    placement = Placement.from_indices(op_graph, problem.cluster, problem.expand(device_of), method,
+                                       _notes(problem))
+    return placement, step_time, {m: r[1] for m, r in results.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizeResult:
+    """What `optimize` found: the placed graph, its placement and the figures behind the choice."""
+
+    graph_def: object
+    placement: Placement
+    step_time_s: float
+    lower_bound_s: float
+    baselines: dict[str, float]
+    method_used: str
+    oom: bool = False
+    placement_time_s: float = 0.0
+    op_graph: OpGraph | None = None
+    cluster: Cluster | None = None
+    costs: CostProfile | None = None
+
+    def simulate(self):
+        """The SimResult of the chosen placement (for traces and Gantt charts)."""
+        from tfplaceto.sim import simulate
+
+        return simulate(self.op_graph, self.placement, self.cluster, self.costs)
+
+    def summary(self) -> dict:
+        return {"method_used": self.method_used, "step_time_s": self.step_time_s,
+                "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
+                "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
+                "devices": sorted(set(self.placement.values()))}
+
+
+def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
+             method: str = "placeto", costs=None, budget_s: float | None = None, seed: int = 0,
+             batch_size: int | None = None) -> OptimizeResult:
+    """Imports, profiles, places and writes back; never worse than the best baseline evaluated.
+
+    `graph_def` may be any source `import_graph` accepts; a GraphDef gets its devices set and is
+    returned as a copy (the input is not modified); other sources return their imported graph.
+    With method="placeto" before the policy is installed, the best baseline is used.
+    """
+    from tfplaceto.graph import import_graph
+    from tfplaceto.rewrite import apply_placement
+    from tfplaceto.sim import lower_bound
+
+    start = time.perf_counter()
+    cluster = as_cluster(cluster)
+    try:
+        _check_method(method)
+    except errors.InvalidMethodError:
+        if method != "placeto":
+            raise
+        method = "auto"  # the policy is not installed: the best baseline stands
+    op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size)
+    costs = _resolve_costs(op_graph, cluster, costs)
+    problem = make_problem(op_graph, cluster, costs)
+    compared = [m for m in COMPARED_BASELINES if m in baselines.available()]
+    results = _evaluate(problem, compared, seed)
+    if method not in results and method != "auto":
+        results.update(_evaluate(problem, [method], seed, budget_s))
+    chosen = min(results, key=lambda m: results[m][:2])
+    oom, step_time, device_of = results[chosen]
+    placement = Placement.from_indices(op_graph, cluster, problem.expand(device_of), chosen, _notes(problem))
+    import tensorflow as tf
+
+    base = graph_def if isinstance(graph_def, tf.compat.v1.GraphDef) else op_graph.graph_def
+    placed = apply_placement(base, placement)
+    return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
+                          {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
+                          time.perf_counter() - start, op_graph, cluster, costs)

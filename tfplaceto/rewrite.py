@@ -1,0 +1,131 @@
+"""Write-back: set `NodeDef.device` on every node of a GraphDef from a placement.
+
+`apply_placement(graph_def, placement)` returns a new GraphDef (the input is never modified)
+where every node, including the nodes inside the function library, carries a device:
+- a node named in the placement gets its device;
+- a function call node whose body was inlined for placement (`call/inner` names, as grappler's
+  inliner makes them) gets the device most of its body went to, and each node of the called
+  function gets the device its inlined copy got at the first call site;
+- any other node follows its colocation class, else its first placed input, else its first
+  placed consumer, else the placement's most used device;
+- finally colocation is enforced: every member of a `loc:@x` class and every op reading or
+  updating a resource goes where the class's anchor (the variable) went, as TF's placer requires.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+
+from tfplaceto import errors
+from tfplaceto.cluster import canonical_device_name
+from tfplaceto.graph.from_graph_def import _UnionFind, parse_input
+from tfplaceto.placement import Placement, as_placement
+
+_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+
+
+def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
+    """A copy of graph_def with NodeDef.device set on every node (see the module docstring)."""
+    import tensorflow as tf
+
+    if not isinstance(graph_def, tf.compat.v1.GraphDef):
+        raise errors.InvalidGraphError(f"apply_placement expects a GraphDef, got {type(graph_def).__name__}")
+    placement = as_placement(placement)
+    if not len(placement):
+        raise errors.InvalidGraphError("the placement is empty")
+    device_of = {op: canonical_device_name(d) for op, d in placement.items()}
+    result = tf.compat.v1.GraphDef()
+    result.CopyFrom(graph_def)
+    nodes = {n.name: n for n in result.node}
+    functions = {f.signature.name: f for f in result.library.function}
+    default = collections.Counter(device_of.values()).most_common(1)[0][0]
+
+    chosen: dict[str, str] = {}
+    for node in result.node:
+        if node.name in device_of:
+            chosen[node.name] = device_of[node.name]
+            continue
+        inner = [d for op, d in device_of.items() if op.startswith(node.name + "/")]
+        if inner and _called_function(node, functions):
+            chosen[node.name] = collections.Counter(inner).most_common(1)[0][0]
+    _fill_unplaced(result, nodes, chosen, default)
+    _enforce_colocation(result, nodes, chosen)
+    for node in result.node:
+        node.device = chosen[node.name]
+    _place_function_library(result, functions, device_of, chosen, default)
+    return result
+
+
+def _called_function(node, functions):
+    if node.op in functions:
+        return functions[node.op]
+    if node.op in _CALL_OPS and "f" in node.attr:
+        return functions.get(node.attr["f"].func.name)
+    return None
+
+
+def _fill_unplaced(graph_def, nodes, chosen, default) -> None:
+    consumers = collections.defaultdict(list)
+    for node in graph_def.node:
+        for inp in node.input:
+            consumers[parse_input(inp)[0]].append(node.name)
+    for _ in range(2):  # a second sweep sees devices chosen for later nodes
+        for node in graph_def.node:
+            if node.name in chosen:
+                continue
+            for source in _colocation_targets(node) + [parse_input(i)[0] for i in node.input] + consumers[node.name]:
+                if source in chosen:
+                    chosen[node.name] = chosen[source]
+                    break
+    for node in graph_def.node:
+        chosen.setdefault(node.name, default)
+
+
+def _colocation_targets(node) -> list[str]:
+    if "_class" not in node.attr:
+        return []
+    return [v.decode()[5:] for v in node.attr["_class"].list.s if v.decode().startswith("loc:@")]
+
+
+def _enforce_colocation(graph_def, nodes, chosen) -> None:
+    """Every colocation class goes to the device of its first variable (or first member)."""
+    names = [n.name for n in graph_def.node]
+    index = {n: i for i, n in enumerate(names)}
+    classes = _UnionFind(len(names))
+    for i, node in enumerate(graph_def.node):
+        for target in _colocation_targets(node):
+            if target in index:
+                classes.union(i, index[target])
+    # Resource edges: a VarHandleOp's readers and updaters live with it.
+    for i, node in enumerate(graph_def.node):
+        for inp in node.input:
+            src, _, control = parse_input(inp)
+            if control or src not in nodes:
+                continue
+            if nodes[src].op in ("VarHandleOp", "VariableV2") and node.op not in _CALL_OPS | {"While", "If"}:
+                classes.union(i, index[src])
+    anchor: dict[int, str] = {}
+    for i, node in enumerate(graph_def.node):
+        root = classes.find(i)
+        if node.op in ("VarHandleOp", "VariableV2"):
+            anchor.setdefault(root, chosen[node.name])
+    for i, node in enumerate(graph_def.node):
+        anchor.setdefault(classes.find(i), chosen[node.name])
+    for i, node in enumerate(graph_def.node):
+        chosen[node.name] = anchor[classes.find(i)]
+
+
+def _place_function_library(graph_def, functions, device_of, chosen, default) -> None:
+    call_sites = collections.defaultdict(list)
+    for node in graph_def.node:
+        function = _called_function(node, functions)
+        if function is not None:
+            call_sites[function.signature.name].append(node.name)
+    for name, function in functions.items():
+        callers = call_sites.get(name, [])
+        fallback = chosen[callers[0]] if callers else default
+        for node in function.node_def:
+            device = next((device_of[f"{c}/{node.name}"] for c in callers if f"{c}/{node.name}" in device_of),
+                          fallback)
+            node.device = device
