@@ -10,7 +10,7 @@ The flow (one direction):
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, Link
-from tfplaceto.costs.profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph import OpGraph, group, import_graph
 from tfplaceto.place import METHODS, OptimizeResult, optimize, place
 from tfplaceto.placement import Placement

@@ -18,7 +18,7 @@ import numpy as np
 
 from tfplaceto import baselines, errors
 from tfplaceto.cluster import Cluster, as_cluster
-from tfplaceto.costs.profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem

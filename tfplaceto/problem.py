@@ -17,7 +17,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import DEVICE_TYPES, Cluster
-from tfplaceto.costs.profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
 from tfplaceto.graph.op_graph import OpGraph
 
