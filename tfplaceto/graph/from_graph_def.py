@@ -66,7 +66,8 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
     graph_def = _fill_batch_dims(graph_def, batch_size)
     nodes = {n.name: n for n in graph_def.node}
     fetch_ops = _normalize_fetches(fetches, nodes)
-    keep = _fanin(fetch_ops or _sinks(graph_def), nodes)
+    roots = fetch_ops or _sinks(graph_def)
+    keep = _fanin(roots, nodes) if roots else set(nodes)  # no sinks at all: a cycle, found below
     pruned = tf.compat.v1.GraphDef()
     pruned.versions.CopyFrom(graph_def.versions)
     pruned.library.CopyFrom(graph_def.library)

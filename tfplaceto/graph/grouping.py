@@ -171,7 +171,7 @@ def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS) -> Grouping:
     if n <= max_groups:
         cut_after = np.ones(n, bool)
     else:
-        cut_after = _interval_cuts(signature[order], max_groups)
+        cut_after = _interval_cuts(signature[order], max_groups, _open_classes(op_graph, order))
     op_to_group = np.empty(n, np.int32)
     op_to_group[order] = np.concatenate([[0], np.cumsum(cut_after[:-1])]).astype(np.int32)
     _gather_floating_ops(op_graph, order, op_to_group)
@@ -203,8 +203,31 @@ def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.n
         op_to_group[node] = min(op_to_group[node], earliest)
 
 
-def _interval_cuts(signature: np.ndarray, max_groups: int) -> np.ndarray:
-    """cut_after[k]: the interval ends after position k; at most max_groups intervals."""
+def _open_classes(op_graph: OpGraph, order: np.ndarray) -> np.ndarray:
+    """open[k]: colocation classes with computing (non-floating) members on both sides of a cut
+    after position k. Cutting where few are open keeps a variable's update ops in one group, so
+    ties between groups do not chain across the whole graph."""
+    n = op_graph.num_ops
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    main = ~floating_ops(op_graph)
+    classes = op_graph.colocation[main]
+    first = np.full(classes.max() + 1 if len(classes) else 1, n)
+    last = np.full_like(first, -1)
+    np.minimum.at(first, classes, position[main])
+    np.maximum.at(last, classes, position[main])
+    spans = last > first
+    delta = np.zeros(n + 1, np.int64)
+    np.add.at(delta, first[spans], 1)
+    np.add.at(delta, last[spans], -1)
+    return np.cumsum(delta)[:n]
+
+
+def _interval_cuts(signature: np.ndarray, max_groups: int, open_classes: np.ndarray) -> np.ndarray:
+    """cut_after[k]: the interval ends after position k; at most max_groups intervals.
+
+    Each cut goes to the position with the fewest open colocation classes within a quarter
+    interval of its balanced position."""
     n = len(signature)
     changes = np.flatnonzero(signature[1:] != signature[:-1])  # cut after these positions
     mandatory = changes if len(changes) + 1 <= max_groups // 2 else np.array([], np.int64)
@@ -218,7 +241,14 @@ def _interval_cuts(signature: np.ndarray, max_groups: int) -> np.ndarray:
         length = end - run_start + 1
         pieces = max(1, int(round(length / target)))
         bounds = np.linspace(run_start, end + 1, pieces + 1).round().astype(int)[1:-1]
-        cut_after[bounds - 1] = True
+        window = max(int(target // 4), 0)
+        for bound in bounds:
+            low, high = max(run_start, bound - 1 - window), min(end - 1, bound - 1 + window)
+            if high < low:
+                continue
+            candidates = np.arange(low, high + 1)
+            cost = open_classes[candidates] * (2 * window + 1) + np.abs(candidates - (bound - 1))
+            cut_after[candidates[np.argmin(cost)]] = True
         run_start = end + 1
     # Rounding can overshoot the budget by a little: merge the smallest neighbours.
     cuts = np.flatnonzero(cut_after)

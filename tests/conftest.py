@@ -1,0 +1,19 @@
+"""Shared test set-up: quiet TensorFlow, fixed seeds, small helpers."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # bit-stable CPU kernels for equality checks
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    import tensorflow as tf
+
+    np.random.seed(0)
+    tf.random.set_seed(0)
+    tf.keras.utils.set_random_seed(0)
+    yield

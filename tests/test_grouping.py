@@ -1,0 +1,48 @@
+"""Grouping: acyclic, within budget, every op in one group, colocation kept as ties."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfplaceto as tp
+from tfplaceto.graph.grouping import scoped_topological_order
+from tfplaceto.graph.op_graph import topological_order
+
+
+@pytest.fixture(scope="module")
+def training_graph():
+    model = tf.keras.applications.MobileNetV2(input_shape=(32, 32, 3), weights=None, classes=10, alpha=0.35)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return tp.import_graph(model, batch_size=4)
+
+
+@pytest.mark.parametrize("max_groups", [1, 17, 64, 256])
+def test_groups_are_acyclic_within_budget_and_cover_every_op(training_graph, max_groups):
+    grouping = tp.group(training_graph, max_groups)
+    grouped = grouping.graph
+    assert 1 <= grouped.num_ops <= max_groups
+    assert grouping.op_to_group.shape == (training_graph.num_ops,)
+    assert set(np.unique(grouping.op_to_group)) == set(range(grouped.num_ops))
+    topological_order(grouped.num_ops, np.concatenate([grouped.senders, grouped.control_senders]),
+                      np.concatenate([grouped.receivers, grouped.control_receivers]))
+    # Colocated ops end up in tied groups; persistent memory is conserved.
+    ties = grouped.colocation[grouping.op_to_group]
+    for cls in np.unique(training_graph.colocation):
+        assert len(np.unique(ties[training_graph.colocation == cls])) == 1
+    assert grouped.persistent_bytes.sum() == training_graph.persistent_bytes.sum()
+
+
+def test_group_placement_expands_to_ops(training_graph):
+    grouping = tp.group(training_graph, 32)
+    device_of = np.arange(grouping.num_groups) % 3
+    ops = grouping.expand(device_of)
+    for op in range(0, training_graph.num_ops, 97):
+        assert ops[op] == device_of[grouping.op_to_group[op]]
+
+
+def test_scoped_order_is_topological(training_graph):
+    order = scoped_topological_order(training_graph)
+    position = np.empty(training_graph.num_ops, int)
+    position[order] = np.arange(training_graph.num_ops)
+    assert (position[training_graph.senders] < position[training_graph.receivers]).all()
+    assert (position[training_graph.control_senders] < position[training_graph.control_receivers]).all()

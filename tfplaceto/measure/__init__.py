@@ -1,0 +1,1 @@
+"""Real measurement: run placed graphs on local devices or a TensorFlow cluster."""
