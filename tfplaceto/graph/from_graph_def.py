@@ -148,7 +148,11 @@ def _fanin(roots, nodes) -> set[str]:
         if name in keep or name not in nodes:
             continue
         keep.add(name)
-        stack.extend(parse_input(i)[0] for i in nodes[name].input)
+        node = nodes[name]
+        stack.extend(parse_input(i)[0] for i in node.input)
+        # TensorFlow refuses a graph whose `loc:@x` colocation names a missing node.
+        if "_class" in node.attr:
+            stack.extend(v.decode()[5:] for v in node.attr["_class"].list.s if v.startswith(b"loc:@"))
     return keep
 
 
