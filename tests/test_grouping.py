@@ -11,9 +11,10 @@ from tfplaceto.graph.op_graph import topological_order
 
 @pytest.fixture(scope="module")
 def training_graph():
-    model = tf.keras.applications.MobileNetV2(input_shape=(32, 32, 3), weights=None, classes=10, alpha=0.35)
+    # Realistic sizes matter: at batch 32 the layers, not the optimizer's updates, carry the work.
+    model = tf.keras.applications.MobileNetV2(input_shape=(96, 96, 3), weights=None, classes=10, alpha=0.5)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    return tp.import_graph(model, batch_size=4)
+    return tp.import_graph(model, batch_size=32)
 
 
 @pytest.mark.parametrize("max_groups", [1, 17, 64, 256])
@@ -46,3 +47,13 @@ def test_scoped_order_is_topological(training_graph):
     position[order] = np.arange(training_graph.num_ops)
     assert (position[training_graph.senders] < position[training_graph.receivers]).all()
     assert (position[training_graph.control_senders] < position[training_graph.control_receivers]).all()
+
+
+def test_ties_stay_local_so_layers_can_be_spread(training_graph):
+    # A variable is read by one layer and updated after its gradient: its tie class should join
+    # a handful of groups (forward layer, update), not chain the whole graph onto one device.
+    for max_groups in (64, 256):
+        grouped = tp.group(training_graph, max_groups).graph
+        largest = np.bincount(grouped.colocation).max()
+        assert largest <= max(8, grouped.num_ops // 10), (max_groups, largest, grouped.num_ops)
+        assert grouped.num_ops >= max_groups // 2

@@ -82,7 +82,7 @@ def make_problem(op_graph: OpGraph, cluster: Cluster, costs: CostProfile,
     grouping = None
     graph = op_graph
     if op_graph.num_ops > grouping_threshold:
-        grouping = group(op_graph, max_groups)
+        grouping = group(op_graph, max_groups, weights=compute.min(1))
         graph = grouping.graph
         summed = np.zeros((graph.num_ops, compute.shape[1]))
         np.add.at(summed, grouping.op_to_group, compute)

@@ -61,10 +61,13 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
     Ops that do not depend on any input placeholder ("floating": variables, their reads,
     constants, initializers) are emitted just before their first consumer, depth first, so a
     variable lands next to the layer that reads it rather than at the start of the order. The
-    other ops follow Kahn's algorithm preferring (1) the scope of the op emitted last, then (2)
-    the op closest to the end of the graph (fewest ops on its longest path to a sink), then the
-    one that became ready last: the order follows a layer to its end, and an optimizer update
-    comes right after the gradient it consumes instead of after the whole backward pass.
+    other ops follow Kahn's algorithm preferring, among the ready ops:
+    1. members of a colocation class that is open (some members emitted, not all): a variable's
+       update follows its gradient at once, and an optimizer slot's reads follow its assignment,
+       so colocated ops stay close and few classes straddle a cut;
+    2. the scope of the op emitted last: a layer is followed to its end;
+    3. the op closest to the end of the graph (shortest longest path to a sink), then the one
+       that became ready last.
     """
     n = op_graph.num_ops
     scope_ids: dict[str, int] = {}
@@ -74,8 +77,32 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
     successors = _csr(senders, receivers, n)
     predecessors = _csr(receivers, senders, n)
     main = ~floating_ops(op_graph)
+    classes = op_graph.colocation
+    class_size = np.bincount(classes)
+    class_emitted = np.zeros_like(class_size)
+    waiting_in_class: dict[int, list[int]] = {}  # ready ops of classes not open yet
     emitted = np.zeros(n, bool)
     result: list[int] = []
+    height = np.zeros(n, np.int64)  # ops on the longest path to a sink
+    for node in op_graph.topo_order[::-1]:
+        succ = successors(node)
+        height[node] = 1 + (height[succ].max() if len(succ) else 0)
+    ready_open: list[tuple[int, int, int]] = []  # (height, -time readied, node)
+    ready_by_scope: dict[int, list[tuple[int, int]]] = {}
+    ready_any: list[tuple[int, int, int]] = []
+    clock = 0
+
+    def is_open(cls: int) -> bool:
+        return 0 < class_emitted[cls] < class_size[cls]
+
+    def emit(v: int) -> None:
+        emitted[v] = True
+        result.append(v)
+        cls = int(classes[v])
+        class_emitted[cls] += 1
+        if is_open(cls):
+            for waiting in waiting_in_class.pop(cls, ()):
+                heapq.heappush(ready_open, (int(height[waiting]), -clock, waiting))
 
     def emit_floating_ancestors(node: int) -> None:
         stack = [(node, False)]
@@ -84,50 +111,48 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
             if emitted[v]:
                 continue
             if expanded:
-                emitted[v] = True
-                result.append(v)
+                emit(v)
                 continue
             stack.append((v, True))
             stack.extend((int(p), False) for p in predecessors(v) if not main[p] and not emitted[p])
 
-    height = np.zeros(n, np.int64)  # ops on the longest path to a sink
-    for node in op_graph.topo_order[::-1]:
-        succ = successors(node)
-        height[node] = 1 + (height[succ].max() if len(succ) else 0)
-    indegree = np.zeros(n, np.int64)
-    np.add.at(indegree, receivers[main[senders]], 1)
-    ready_by_scope: dict[int, list[tuple[int, int]]] = {}
-    recent: list[tuple[int, int, int]] = []  # (height, -time readied, node)
-    clock = 0
-
     def push(node: int) -> None:
         nonlocal clock
         clock += 1
+        entry = (int(height[node]), -clock, node)
+        cls = int(classes[node])
+        if is_open(cls):
+            heapq.heappush(ready_open, entry)
+        elif class_size[cls] > 1:
+            waiting_in_class.setdefault(cls, []).append(node)
         heapq.heappush(ready_by_scope.setdefault(int(scope[node]), []), (-clock, node))
-        heapq.heappush(recent, (int(height[node]), -clock, node))
+        heapq.heappush(ready_any, entry)
 
+    def pop_live(heap: list, index: int) -> int | None:
+        while heap and emitted[heap[0][index]]:
+            heapq.heappop(heap)
+        return heapq.heappop(heap)[index] if heap else None
+
+    indegree = np.zeros(n, np.int64)
+    np.add.at(indegree, receivers[main[senders]], 1)
     for node in np.flatnonzero(main & (indegree == 0)):
         push(int(node))
     current = -1
-    while recent:
-        heap = ready_by_scope.get(current)
-        while heap and emitted[heap[0][1]]:
-            heapq.heappop(heap)
-        if heap:
-            node = heapq.heappop(heap)[1]
-        else:
-            while emitted[recent[0][2]]:
-                heapq.heappop(recent)
-            node = heapq.heappop(recent)[2]
-            current = int(scope[node])
+    while True:
+        node = pop_live(ready_open, 2)
+        if node is None:
+            node = pop_live(ready_by_scope.get(current, []), 1)
+        if node is None:
+            node = pop_live(ready_any, 2)
+            if node is None:
+                break
+        current = int(scope[node])
         emit_floating_ancestors(node)
         for child in successors(node):
             if main[child]:
                 indegree[child] -= 1
                 if indegree[child] == 0:
                     push(int(child))
-        while recent and emitted[recent[0][2]]:
-            heapq.heappop(recent)
     for node in op_graph.topo_order:  # floating sinks: initializers and the like
         emit_floating_ancestors(int(node))
     return np.asarray(result, np.int32)
@@ -161,99 +186,184 @@ def _csr(src: np.ndarray, dst: np.ndarray, n: int):
     return lambda v: targets[starts[v]:starts[v + 1]]
 
 
-def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS) -> Grouping:
-    """Groups op_graph into at most max_groups acyclic groups (see the module docstring)."""
+def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, weights: np.ndarray | None = None) -> Grouping:
+    """Groups op_graph into at most max_groups acyclic groups (see the module docstring).
+
+    Args:
+      op_graph: the ops to group.
+      max_groups: the most groups the result may have.
+      weights: per-op work that intervals balance, e.g. compute seconds on the fastest device
+        (what `make_problem` passes); default: output bytes, a proxy for elementwise work.
+    """
     if max_groups < 1:
         raise ValueError("max_groups must be >= 1")
     n = op_graph.num_ops
     order = scoped_topological_order(op_graph)
-    signature = op_graph.kernels.astype(np.int64) @ (1 << np.arange(op_graph.kernels.shape[1]))
     if n <= max_groups:
-        cut_after = np.ones(n, bool)
-    else:
-        cut_after = _interval_cuts(signature[order], max_groups, _open_classes(op_graph, order))
-    op_to_group = np.empty(n, np.int32)
-    op_to_group[order] = np.concatenate([[0], np.cumsum(cut_after[:-1])]).astype(np.int32)
-    _gather_floating_ops(op_graph, order, op_to_group)
-    _, op_to_group = np.unique(op_to_group, return_inverse=True)  # drop emptied groups
-    return Grouping(op_graph, _quotient(op_graph, op_to_group.astype(np.int32)), op_to_group.astype(np.int32))
-
-
-def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarray) -> None:
-    """Moves floating ops (variables and their reads) next to the first op of their colocation class.
-
-    A variable read by many groups (Adam's step counter, a shared embedding) would otherwise leave
-    a colocated read inside every consumer's group and tie all of them to one device. Each
-    floating op moves to the group of its class's first op, but never before a group holding one
-    of its inputs: group indices stay a topological labelling, so the grouping stays acyclic.
-    """
+        return Grouping(op_graph, _quotient(op_graph, np.arange(n, dtype=np.int32)), np.arange(n, dtype=np.int32))
+    weights = op_graph.output_bytes.astype(np.float64) if weights is None else np.asarray(weights, np.float64)
+    # Every op costs a little, so long runs of free ops still get cut somewhere.
+    weights = weights + max(weights.mean(), 1e-30) * 0.02
+    signature = op_graph.kernels.astype(np.int64) @ (1 << np.arange(op_graph.kernels.shape[1]))
     floating = floating_ops(op_graph)
+    intervals = max_groups
+    while True:
+        open_classes = _open_classes(op_graph, order, max_span=2 * n // intervals + 1)
+        cut_after = _interval_cuts(signature[order], weights[order], intervals, open_classes)
+        op_to_group = np.empty(n, np.int64)
+        op_to_group[order] = np.concatenate([[0], np.cumsum(cut_after[:-1])])
+        _gather_floating_ops(op_graph, order, op_to_group, floating)
+        op_to_group = _split_by_anchor(op_graph, order, op_to_group, floating, open_classes)
+        if op_to_group.max() < max_groups or intervals == 1:
+            break
+        intervals = max(1, int(intervals * min(0.9, max_groups / (op_to_group.max() + 1))))
+    if op_to_group.max() >= max_groups:  # even one interval splits too much: give up the splits
+        op_to_group = np.zeros(n, np.int64)
+    _, op_to_group = np.unique(op_to_group, return_inverse=True)  # drop emptied groups
+    op_to_group = op_to_group.astype(np.int32)
+    return Grouping(op_graph, _quotient(op_graph, op_to_group), op_to_group)
+
+
+def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarray,
+                     floating: np.ndarray, open_classes: np.ndarray) -> np.ndarray:
+    """Splits groups so each one updates the variables of at most one other group.
+
+    Optimizers update every variable after the last gradient, in variable order. An interval of
+    those updates that holds variables read by two layers' groups would tie the two layers to one
+    device, and a run of such intervals would tie the whole graph. Within each group, between the
+    last op updating a class anchored in one group (the group that reads the variable) and the
+    first op updating a class anchored in another, a cut goes where the fewest colocation classes
+    are open (an optimizer slot's assignment and its reads stay together). Pieces of an interval
+    keep their order, so the grouping stays acyclic.
+    """
     anchor: dict[int, int] = {}
     for node in order:
-        cls = int(op_graph.colocation[node])
-        anchor.setdefault(cls, int(op_to_group[node]))
+        if floating[node]:
+            anchor.setdefault(int(op_graph.colocation[node]), int(op_to_group[node]))
+    position = np.empty(op_graph.num_ops, np.int64)
+    position[order] = np.arange(op_graph.num_ops)
+    labels = np.empty(op_graph.num_ops, np.int64)
+    next_label = 0
+    computing = order[~floating[order]]
+    groups = op_to_group[computing]
+    starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    first_piece: dict[int, int] = {}
+    for start, end in zip(starts, np.append(starts[1:], len(computing))):
+        nodes = computing[start:end]
+        g = int(op_to_group[nodes[0]])
+        keys = [anchor.get(int(op_graph.colocation[v]), g) for v in nodes]
+        cuts, key, last = [], None, -1
+        for i, k in enumerate(keys):
+            if k == g:
+                continue
+            if key is not None and k != key:
+                # Cut after one of nodes[last .. i-1]: where the fewest classes are open.
+                between = position[nodes[last:i]]
+                cuts.append(last + int(np.argmin(open_classes[between])))
+            key, last = k, i
+        piece = np.zeros(len(nodes), np.int64)
+        for c in cuts:
+            piece[c + 1:] += 1
+        labels[nodes] = next_label + piece
+        first_piece[g] = next_label
+        next_label += len(cuts) + 1
+    # A floating op joins the earliest piece of its group that consumes it (consumers first,
+    # so chains of floating ops follow), else its group's first piece.
+    senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
+    receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
+    successors = _csr(senders, receivers, op_graph.num_ops)
+    for node in order[floating[order]][::-1]:
+        g = int(op_to_group[node])
+        local = [int(labels[c]) for c in successors(node) if op_to_group[c] == g]
+        if local:
+            labels[node] = min(local)
+            continue
+        if g not in first_piece:
+            first_piece[g] = next_label
+            next_label += 1
+        labels[node] = first_piece[g]
+    return labels
+
+
+def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarray,
+                         floating: np.ndarray) -> None:
+    """Moves floating ops (variables and their reads) into the group of their colocation class.
+
+    A class's home is the group of its first computing member (the op that updates the variable,
+    e.g. an optimizer slot's assignment), or of its first member when it has none (a variable
+    only read). A variable read by many groups (a learning rate, a shared embedding) would
+    otherwise leave a colocated read inside every consumer's group and tie all of them to one
+    device. Each floating op moves as close to its home as its inputs and consumers allow:
+    never before a group holding an input nor after a group holding a consumer, so group indices
+    stay a topological labelling and the grouping stays acyclic.
+    """
+    home: dict[int, int] = {}
+    for node in order:
+        if not floating[node]:
+            home.setdefault(int(op_graph.colocation[node]), int(op_to_group[node]))
+    for node in order:
+        home.setdefault(int(op_graph.colocation[node]), int(op_to_group[node]))
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
     predecessors = _csr(receivers, senders, op_graph.num_ops)
+    successors = _csr(senders, receivers, op_graph.num_ops)
     for node in order:
         if not floating[node]:
             continue
-        preds = predecessors(node)
-        earliest = max(anchor[int(op_graph.colocation[node])], int(op_to_group[preds].max()) if len(preds) else 0)
-        op_to_group[node] = min(op_to_group[node], earliest)
+        preds, succs = predecessors(node), successors(node)
+        lowest = int(op_to_group[preds].max()) if len(preds) else 0
+        highest = int(op_to_group[succs].min()) if len(succs) else int(op_to_group[node])
+        op_to_group[node] = min(max(home[int(op_graph.colocation[node])], lowest), highest)
 
 
-def _open_classes(op_graph: OpGraph, order: np.ndarray) -> np.ndarray:
-    """open[k]: colocation classes with computing (non-floating) members on both sides of a cut
-    after position k. Cutting where few are open keeps a variable's update ops in one group, so
-    ties between groups do not chain across the whole graph."""
+def _open_classes(op_graph: OpGraph, order: np.ndarray, max_span: int) -> np.ndarray:
+    """open[k]: local colocation classes with members on both sides of a cut after position k.
+
+    Cutting where few are open keeps an optimizer slot's read, assignment and later reads in one
+    group, so ties between groups do not chain across the graph. Only classes spanning at most
+    max_span positions count: a variable read in the forward pass and updated at the end spans
+    almost everything, cannot be kept in one interval, and is handled by `_split_by_anchor`.
+    """
     n = op_graph.num_ops
     position = np.empty(n, np.int64)
     position[order] = np.arange(n)
-    main = ~floating_ops(op_graph)
-    classes = op_graph.colocation[main]
-    first = np.full(classes.max() + 1 if len(classes) else 1, n)
+    classes = op_graph.colocation
+    first = np.full(classes.max() + 1, n)
     last = np.full_like(first, -1)
-    np.minimum.at(first, classes, position[main])
-    np.maximum.at(last, classes, position[main])
-    spans = last > first
+    np.minimum.at(first, classes, position)
+    np.maximum.at(last, classes, position)
+    spans = (last > first) & (last - first <= max_span)
     delta = np.zeros(n + 1, np.int64)
     np.add.at(delta, first[spans], 1)
     np.add.at(delta, last[spans], -1)
     return np.cumsum(delta)[:n]
 
 
-def _interval_cuts(signature: np.ndarray, max_groups: int, open_classes: np.ndarray) -> np.ndarray:
-    """cut_after[k]: the interval ends after position k; at most max_groups intervals.
+def _interval_cuts(signature: np.ndarray, weights: np.ndarray, max_groups: int,
+                   open_classes: np.ndarray) -> np.ndarray:
+    """cut_after[k]: an interval ends after position k of the order; at most max_groups of them.
 
-    Each cut goes to the position with the fewest open colocation classes within a quarter
-    interval of its balanced position."""
+    Cuts fall where the cumulative weight crosses multiples of total / budget, each moved to the
+    position with the fewest open colocation classes within a quarter interval; runs of ops with
+    different kernel availability are cut apart when that costs at most half the budget.
+    """
     n = len(signature)
-    changes = np.flatnonzero(signature[1:] != signature[:-1])  # cut after these positions
+    changes = np.flatnonzero(signature[1:] != signature[:-1])
     mandatory = changes if len(changes) + 1 <= max_groups // 2 else np.array([], np.int64)
     budget = max_groups - len(mandatory)
-    target = n / max(budget, 1)
     cut_after = np.zeros(n, bool)
     cut_after[mandatory] = True
     cut_after[-1] = True
-    run_start = 0
-    for end in list(mandatory) + [n - 1]:
-        length = end - run_start + 1
-        pieces = max(1, int(round(length / target)))
-        bounds = np.linspace(run_start, end + 1, pieces + 1).round().astype(int)[1:-1]
-        window = max(int(target // 4), 0)
-        for bound in bounds:
-            low, high = max(run_start, bound - 1 - window), min(end - 1, bound - 1 + window)
-            if high < low:
-                continue
-            candidates = np.arange(low, high + 1)
-            cost = open_classes[candidates] * (2 * window + 1) + np.abs(candidates - (bound - 1))
-            cut_after[candidates[np.argmin(cost)]] = True
-        run_start = end + 1
-    # Rounding can overshoot the budget by a little: merge the smallest neighbours.
+    cumulative = np.cumsum(weights)
+    bounds = np.unique(np.searchsorted(cumulative, cumulative[-1] * np.arange(1, budget) / budget))
+    window = max(1, n // max(budget, 1) // 4)
+    for bound in bounds[bounds < n - 1]:
+        candidates = np.arange(max(0, bound - window), min(n - 1, bound + window + 1))
+        cost = open_classes[candidates] * (2 * window + 1) + np.abs(candidates - bound)
+        cut_after[candidates[np.argmin(cost)]] = True
     cuts = np.flatnonzero(cut_after)
-    while len(cuts) > max_groups:
-        sizes = np.diff(np.concatenate([[-1], cuts]))
+    while len(cuts) > max_groups:  # mandatory and balanced cuts together overshoot: merge lightest
+        sizes = cumulative[cuts] - np.concatenate([[0.0], cumulative[cuts[:-1]]])
         pair = int(np.argmin(sizes[:-1] + sizes[1:]))
         cut_after[cuts[pair]] = False
         cuts = np.flatnonzero(cut_after)
