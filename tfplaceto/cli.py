@@ -4,6 +4,7 @@
                   [--report R.json] [--gantt G.png] [--trace T.json] [--batch-size N] [--fetch F]
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
   tfplaceto models
+  tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
 
 Bad input prints one line on stderr and exits with status 2, with no traceback and nothing
 written at the output paths (every output is written atomically, after all the work is done).
@@ -58,6 +59,19 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--fetch", action="append", default=None)
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
+
+    rewrite = commands.add_parser("rewrite-saved-model",
+                                  help="write a copy of a SavedModel with its signatures' ops placed")
+    rewrite.add_argument("src", help="SavedModel directory (never modified)")
+    rewrite.add_argument("dst", help="directory for the placed SavedModel (must not exist, or be empty)")
+    rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
+    rewrite.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
+    rewrite.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
+    rewrite.add_argument("--signature", action="append", default=None,
+                         help="signature key to place (repeatable); default: all")
+    rewrite.add_argument("--batch-size", type=int, default=None,
+                         help="size of unknown batch dimensions (default 32)")
+    rewrite.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -146,12 +160,25 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _cmd_rewrite_saved_model(args) -> int:
+    from tfplaceto import saved_model
+
+    # rewrite validates SRC and DST before any work and renames DST into place last.
+    result = saved_model.rewrite(args.src, args.dst, args.cluster, method=args.method,
+                                 signature_keys=args.signature, budget_s=args.budget_s, seed=args.seed,
+                                 batch_size=args.batch_size)
+    _print_table(result)
+    print(f"wrote {args.dst}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_tensorflow()
     args = _parser().parse_args(argv)
     from tfplaceto import errors
 
-    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models}
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models,
+                "rewrite-saved-model": _cmd_rewrite_saved_model}
     try:
         return handlers[args.command](args)
     except errors.TfplacetoError as e:

@@ -191,6 +191,12 @@ def _registered_kernels(op_type: str):
         return ()
 
 
+@functools.cache
+def _constrained_attrs(op_type: str) -> tuple[str, ...]:
+    """The attributes any kernel of op_type constrains: all that kernel matching depends on."""
+    return tuple(sorted({c.name for k in _registered_kernels(op_type) for c in k.constraint}))
+
+
 def kernel_device_types(node_def) -> tuple[bool, ...]:
     """For each of DEVICE_TYPES, whether a registered kernel matches the node's type attributes."""
     available = {t: False for t in DEVICE_TYPES}
@@ -255,9 +261,8 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
 
     for i, op in enumerate(ops):
         node = node_defs[op.name]
-        key = (node.op,) + tuple(sorted(
-            (c.name, node.attr[c.name].SerializeToString()) for k in _registered_kernels(node.op)
-            for c in k.constraint if c.name in node.attr))
+        key = (node.op,) + tuple(node.attr[a].SerializeToString() if a in node.attr else b""
+                                 for a in _constrained_attrs(node.op))
         if key not in kernel_cache:
             kernel_cache[key] = kernel_device_types(node)
         kernels[i] = kernel_cache[key]

@@ -1,1 +1,17 @@
-"""Real measurement: run placed graphs on local devices or a TensorFlow cluster."""
+"""Real measurement: run placed graphs on local devices or a TensorFlow cluster.
+
+- `measure.py`: `measure` (`tp.measure`) and `MeasureResult`.
+- `tf_cluster.py`: the targets: `LocalTFCluster` (worker tasks it starts), `RemoteTFCluster`
+  (servers someone runs), `LocalTarget` (this process), `as_target`.
+- `calibrate.py`: `calibrate_links` (latency and bandwidth of every device pair, by least
+  squares over timed transfers), `calibrated_cluster`, `calibrate_op_costs` (per-op costs
+  traced on the target's own devices).
+- `session.py`: running a placed GraphDef in a Session (random feeds, variables, timing).
+"""
+
+from tfplaceto.measure.calibrate import calibrate_links, calibrate_op_costs, calibrated_cluster
+from tfplaceto.measure.measure import MeasureResult, measure
+from tfplaceto.measure.tf_cluster import LocalTarget, LocalTFCluster, RemoteTFCluster, TFTarget
+
+__all__ = ["LocalTFCluster", "LocalTarget", "MeasureResult", "RemoteTFCluster", "TFTarget",
+           "calibrate_links", "calibrate_op_costs", "calibrated_cluster", "measure"]
