@@ -74,6 +74,10 @@ class CostProfile:
     @classmethod
     def from_proto(cls, proto: cost_profile_pb2.CostProfile) -> CostProfile:
         names = tuple(op.op_name for op in proto.ops)
+        if any(len(op.compute_s) != len(proto.device_kinds) for op in proto.ops):
+            raise errors.CostProfileError(
+                f"every op of a cost profile needs {len(proto.device_kinds)} costs (one per device "
+                "kind); the file is damaged: profile the graph again")
         compute = np.array([list(op.compute_s) for op in proto.ops], dtype=np.float64).reshape(
             len(names), len(proto.device_kinds))
         return cls(names, tuple(proto.device_kinds), compute, proto.source, proto.graph_fingerprint)
