@@ -1,0 +1,342 @@
+"""The compiled hot loop: list scheduling of one step over a `SimGraph`, given a device per node.
+
+Everything here is `numba.njit(cache=True)` over flat arrays (no Python objects), so one
+evaluation of a few hundred nodes costs tens of microseconds. `simulate_schedule` returns the full
+schedule (for SimResult and traces); `simulate_step` only the step time and peaks (the RL loop);
+`simulate_batch` evaluates many placements in one call (local search, batched rollouts).
+
+Semantics (the contract `tests/test_sim.py` checks against a plain-Python reference):
+- Time advances from event to event. At an instant t, every completion at t is processed first
+  (freeing devices, links and memory, making nodes and transfers ready), then every free device
+  and link starts work. A zero-duration node started at t completes at t in a following round.
+- A device runs up to `streams[d]` nodes at once; a node takes compute[n, d] whatever else runs.
+  Ready nodes wait in a per-device queue ordered by (time they became ready, node index).
+- A tensor read on another device is sent once per destination device when its producer ends,
+  over link (src, dst): latency + bytes / bandwidth, zero-byte tensors included (a Send/Recv pair
+  still costs a round of the runtime). A link carries one transfer at a time, latency included,
+  queued by (time ready, tensor index). Control edges only order nodes: no bytes, no latency.
+- Memory per device: persistent bytes of its nodes all step; a node's output_bytes from its start
+  until its end, its last local consumer's end and its last outgoing transfer's end, whichever is
+  latest (a Send reads the producer's buffer); a received copy (tensor_bytes) from the transfer's
+  start until its last consumer on the destination ends. Frees at t happen before allocations at t.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_NONE = -1
+
+
+@numba.njit(cache=True)
+def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+                      tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
+                      ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                      bandwidth, latency):
+    """Simulates one step; returns (node_start, node_end, transfer arrays, peak, ok).
+
+    Transfer arrays are (tensor, src, dst, start, end) trimmed to the transfers made. `ok` is False
+    only if some node never ran, which cannot happen on a DAG (the caller checks it anyway).
+
+    Work items are nodes (ids 0..N-1) and transfers (ids N + r, created on demand, at most one
+    per (tensor, destination), so r < E). Queues are devices (0..D-1) and directed links
+    (D + src * D + dst). The heap and the queues are written inline on purpose: a numba call
+    that takes arrays increfs and decrefs each of them atomically, and with helper functions
+    that refcounting was half of the run time.
+    """
+    n_nodes = device_of.shape[0]
+    n_devices = streams.shape[0]
+    n_edges = input_tensor.shape[0]
+    n_queues = n_devices + n_devices * n_devices
+    n_items = n_nodes + n_edges
+
+    node_start = np.full(n_nodes, -1.0)
+    node_end = np.full(n_nodes, -1.0)
+    pending = indegree.copy()
+    # Remaining local consumer edges and outgoing transfers of each node's output buffer.
+    local_left = np.zeros(n_nodes, np.int32)
+    sends_left = np.zeros(n_nodes, np.int32)
+    for n in range(n_nodes):
+        for k in range(cons_ptr[n], cons_ptr[n + 1]):
+            if device_of[input_producer[k]] == device_of[n]:
+                local_left[input_producer[k]] += 1
+
+    # Transfer r is item n_nodes + r.
+    tr_tensor = np.empty(n_edges, np.int64)
+    tr_src = np.empty(n_edges, np.int64)
+    tr_dst = np.empty(n_edges, np.int64)
+    tr_start = np.empty(n_edges)
+    tr_end = np.empty(n_edges)
+    tr_left = np.empty(n_edges, np.int32)  # consumer edges on the destination yet to finish
+    input_tr = np.empty(n_edges, np.int64)  # transfer bringing input k, set before it is read
+    n_tr = 0
+    tr_for_dst = np.full(n_devices, _NONE, np.int64)
+
+    # Every item waits in one queue, sorted by (ready time, tie): node index, or tensor index.
+    item_ready = np.zeros(n_items)
+    item_tie = np.empty(n_items, np.int64)
+    item_queue = np.empty(n_items, np.int64)
+    for n in range(n_nodes):
+        item_tie[n] = n
+        item_queue[n] = device_of[n]
+    q_head = np.full(n_queues, _NONE, np.int64)
+    q_tail = np.full(n_queues, _NONE, np.int64)
+    q_next = np.empty(n_items, np.int64)
+    q_prev = np.empty(n_items, np.int64)
+    slots = np.ones(n_queues, np.int64)  # free streams of a device, 1 for an idle link
+    for d in range(n_devices):
+        slots[d] = streams[d]
+    dirty = np.zeros(n_queues, np.bool_)  # queues whose items or slots changed since dispatch
+    dirty_list = np.empty(n_queues, np.int64)
+    n_dirty = 0
+    new_items = np.empty(n_items, np.int64)  # became ready at `now`, not yet queued
+    n_new = 0
+
+    # Running items, keyed (end time, item): at most one per stream and per link.
+    capacity = n_queues + 1
+    for d in range(n_devices):
+        capacity += streams[d]
+    h_time = np.empty(capacity)
+    h_id = np.empty(capacity, np.int64)
+    h_size = 0
+
+    memory = np.zeros(n_devices, np.int64)
+    for n in range(n_nodes):
+        memory[device_of[n]] += persistent_bytes[n]
+    peak = memory.copy()
+
+    for n in range(n_nodes):
+        if pending[n] == 0:
+            new_items[n_new] = n
+            n_new += 1
+
+    now = 0.0
+    while True:
+        # 1. Queue the items that became ready at `now`.
+        for k in range(n_new):
+            item = new_items[k]
+            queue = item_queue[item]
+            ready = item_ready[item]
+            tie = item_tie[item]
+            # Items arrive in nondecreasing ready time: the walk back passes only items ready at
+            # the same instant with a larger tie key, so it is O(1) in practice.
+            after = q_tail[queue]
+            while after != _NONE and (item_ready[after] > ready
+                                      or (item_ready[after] == ready and item_tie[after] > tie)):
+                after = q_prev[after]
+            if after == _NONE:
+                following = q_head[queue]
+                q_head[queue] = item
+            else:
+                following = q_next[after]
+                q_next[after] = item
+            q_prev[item] = after
+            q_next[item] = following
+            if following == _NONE:
+                q_tail[queue] = item
+            else:
+                q_prev[following] = item
+            if not dirty[queue]:
+                dirty[queue] = True
+                dirty_list[n_dirty] = queue
+                n_dirty += 1
+        n_new = 0
+
+        # 2. Start whatever can start at `now` on the queues that changed.
+        for k in range(n_dirty):
+            queue = dirty_list[k]
+            dirty[queue] = False
+            while slots[queue] > 0 and q_head[queue] != _NONE:
+                item = q_head[queue]
+                following = q_next[item]
+                q_head[queue] = following
+                if following == _NONE:
+                    q_tail[queue] = _NONE
+                else:
+                    q_prev[following] = _NONE
+                slots[queue] -= 1
+                if item < n_nodes:
+                    d = device_of[item]
+                    end = now + compute[item, d]
+                    node_start[item] = now
+                    node_end[item] = end
+                    memory[d] += output_bytes[item]
+                    if memory[d] > peak[d]:
+                        peak[d] = memory[d]
+                else:
+                    r = item - n_nodes
+                    src = tr_src[r]
+                    dst = tr_dst[r]
+                    nbytes = tensor_bytes[tr_tensor[r]]
+                    end = now + latency[src, dst] + nbytes / bandwidth[src, dst]
+                    tr_start[r] = now
+                    tr_end[r] = end
+                    memory[dst] += nbytes
+                    if memory[dst] > peak[dst]:
+                        peak[dst] = memory[dst]
+                # Push (end, item) on the binary min-heap.
+                i = h_size
+                h_size += 1
+                while i > 0:
+                    parent = (i - 1) >> 1
+                    if h_time[parent] < end or (h_time[parent] == end and h_id[parent] < item):
+                        break
+                    h_time[i] = h_time[parent]
+                    h_id[i] = h_id[parent]
+                    i = parent
+                h_time[i] = end
+                h_id[i] = item
+        n_dirty = 0
+
+        if h_size == 0:
+            break
+        # 3. Complete everything that ends at the next instant before starting anything new.
+        now = h_time[0]
+        while h_size > 0 and h_time[0] == now:
+            item = h_id[0]
+            # Pop: move the last entry to the root and sift it down.
+            h_size -= 1
+            last_time = h_time[h_size]
+            last_id = h_id[h_size]
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= h_size:
+                    break
+                if child + 1 < h_size and (h_time[child + 1] < h_time[child] or (
+                        h_time[child + 1] == h_time[child] and h_id[child + 1] < h_id[child])):
+                    child += 1
+                if h_time[child] > last_time or (h_time[child] == last_time and h_id[child] > last_id):
+                    break
+                h_time[i] = h_time[child]
+                h_id[i] = h_id[child]
+                i = child
+            h_time[i] = last_time
+            h_id[i] = last_id
+
+            queue = item_queue[item]
+            slots[queue] += 1
+            if not dirty[queue]:
+                dirty[queue] = True
+                dirty_list[n_dirty] = queue
+                n_dirty += 1
+            if item < n_nodes:
+                n = item
+                d = device_of[n]
+                for k in range(ctrl_ptr[n], ctrl_ptr[n + 1]):
+                    c = ctrl_succ[k]
+                    pending[c] -= 1
+                    if pending[c] == 0:
+                        item_ready[c] = now
+                        new_items[n_new] = c
+                        n_new += 1
+                for k in range(prod_ptr[n], prod_ptr[n + 1]):
+                    t = prod_tensors[k]
+                    for j in range(tensor_ptr[t], tensor_ptr[t + 1]):
+                        c = tensor_cons[j]
+                        dc = device_of[c]
+                        if dc == d:
+                            pending[c] -= 1
+                            if pending[c] == 0:
+                                item_ready[c] = now
+                                new_items[n_new] = c
+                                n_new += 1
+                            continue
+                        r = tr_for_dst[dc]
+                        if r == _NONE:
+                            r = n_tr
+                            n_tr += 1
+                            tr_for_dst[dc] = r
+                            tr_tensor[r] = t
+                            tr_src[r] = d
+                            tr_dst[r] = dc
+                            tr_left[r] = 0
+                            sends_left[n] += 1
+                            item_ready[n_nodes + r] = now
+                            item_tie[n_nodes + r] = t
+                            item_queue[n_nodes + r] = n_devices + d * n_devices + dc
+                            new_items[n_new] = n_nodes + r
+                            n_new += 1
+                        input_tr[tensor_cpos[j]] = r
+                        tr_left[r] += 1
+                    for j in range(tensor_ptr[t], tensor_ptr[t + 1]):
+                        tr_for_dst[device_of[tensor_cons[j]]] = _NONE
+                # Inputs this node was the last local reader of can go.
+                for k in range(cons_ptr[n], cons_ptr[n + 1]):
+                    producer = input_producer[k]
+                    if device_of[producer] == d:
+                        local_left[producer] -= 1
+                        if local_left[producer] == 0 and sends_left[producer] == 0:
+                            memory[d] -= output_bytes[producer]
+                    else:
+                        r = input_tr[k]
+                        tr_left[r] -= 1
+                        if tr_left[r] == 0:
+                            memory[d] -= tensor_bytes[input_tensor[k]]
+                if local_left[n] == 0 and sends_left[n] == 0:
+                    memory[d] -= output_bytes[n]
+            else:
+                r = item - n_nodes
+                src = tr_src[r]
+                dst = tr_dst[r]
+                t = tr_tensor[r]
+                producer = tensor_producer[t]
+                sends_left[producer] -= 1
+                if sends_left[producer] == 0 and local_left[producer] == 0:
+                    memory[src] -= output_bytes[producer]
+                for j in range(tensor_ptr[t], tensor_ptr[t + 1]):
+                    c = tensor_cons[j]
+                    if device_of[c] == dst:
+                        pending[c] -= 1
+                        if pending[c] == 0:
+                            item_ready[c] = now
+                            new_items[n_new] = c
+                            n_new += 1
+
+    ok = True
+    for n in range(n_nodes):
+        if node_start[n] < 0.0:
+            ok = False
+    return (node_start, node_end, tr_tensor[:n_tr].copy(), tr_src[:n_tr].copy(),
+            tr_dst[:n_tr].copy(), tr_start[:n_tr].copy(), tr_end[:n_tr].copy(), peak, ok)
+
+
+@numba.njit(cache=True)
+def simulate_step(device_of, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+                  tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
+                  ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                  bandwidth, latency):
+    """(step time, peak bytes per device, ok) without boxing the schedule arrays."""
+    schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_ptr,
+                                 prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
+                                 input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
+                                 persistent_bytes, streams, bandwidth, latency)
+    node_end = schedule[1]
+    step = 0.0
+    for n in range(node_end.shape[0]):
+        if node_end[n] > step:
+            step = node_end[n]
+    return step, schedule[7], schedule[8]
+
+
+@numba.njit(cache=True)
+def simulate_batch(devices, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+                   tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
+                   ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                   bandwidth, latency):
+    """simulate_step for each row of devices (B, N): (step times (B,), peaks (B, D), all ok)."""
+    n_batch = devices.shape[0]
+    steps = np.empty(n_batch)
+    peaks = np.empty((n_batch, streams.shape[0]), np.int64)
+    all_ok = True
+    for b in range(n_batch):
+        step, peak, ok = simulate_step(devices[b], compute, tensor_producer, tensor_bytes,
+                                       prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
+                                       tensor_cpos, cons_ptr, input_tensor, input_producer, ctrl_ptr,
+                                       ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                                       bandwidth, latency)
+        steps[b] = step
+        peaks[b] = peak
+        all_ok = all_ok and ok
+    return steps, peaks, all_ok
