@@ -1,0 +1,90 @@
+"""The command line: placing a graph file, and one clear line + exit 2 for every kind of bad input."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+import tfplaceto as tp
+from tfplaceto.cli import main
+
+
+@pytest.fixture(scope="module")
+def graph_file(tmp_path_factory):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
+        h = x
+        for i in range(4):
+            w = tf.compat.v1.get_variable(f"w{i}", [64, 64], use_resource=True)
+            h = tf.nn.relu(tf.matmul(h, w))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(h), name="train")
+    path = tmp_path_factory.mktemp("graphs") / "mlp.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    return str(path)
+
+
+def _place_args(graph_file, out, *extra):
+    return ["place", graph_file, "--cluster", "2xV100", "--method", "round_robin", "--batch-size", "8",
+            "--fetch", "train", "--out", str(out), *extra]
+
+
+def test_place_writes_a_graph_with_every_device_set(graph_file, tmp_path, capsys):
+    out = tmp_path / "placed.pb"
+    report = tmp_path / "report.json"
+    placement = tmp_path / "placement.pb"
+    assert main(_place_args(graph_file, out, "--report", str(report), "--placement-out", str(placement))) == 0
+    placed = tf.compat.v1.GraphDef.FromString(out.read_bytes())
+    devices = {n.device for n in placed.node}
+    assert all(devices) and devices <= set(tp.Cluster.preset("2xV100").device_names)
+    assert "lower bound" in capsys.readouterr().out
+    assert report.stat().st_size > 0
+    assert len(tp.Placement.load(placement)) > 0
+
+
+BAD_INPUTS = {
+    "unknown cluster": (["--cluster", "3xV100"], "3xV100"),
+    "unknown method": (["--method", "telepathy"], "telepathy"),
+    "missing fetch": (["--fetch", "nope"], "nope"),
+    "no batch size": (["--batch-size", "0"], "batch_size"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(graph_file, tmp_path, capsys, case):
+    extra, expected = BAD_INPUTS[case]
+    out = tmp_path / "placed.pb"
+    args = _place_args(graph_file, out)
+    for flag, value in zip(extra[::2], extra[1::2]):
+        args[args.index(flag) + 1] = value
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err
+    assert not out.exists() and not os.listdir(tmp_path)
+
+
+def test_garbage_and_missing_sources(tmp_path, capsys):
+    garbage = tmp_path / "garbage.pb"
+    garbage.write_bytes(b"\x00not a graph at all")
+    for source in (str(garbage), str(tmp_path / "missing.pb"), "builtin:no_such_model"):
+        out = tmp_path / "out.pb"
+        assert main(["place", source, "--cluster", "2xV100", "--out", str(out)]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_usage_errors_are_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["place"])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_installed_entry_point_runs(graph_file, tmp_path):
+    out = tmp_path / "placed.pbtxt"
+    result = subprocess.run([sys.executable, "-m", "tfplaceto", *_place_args(graph_file, out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert out.read_text().count("device:") > 10
