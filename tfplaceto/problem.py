@@ -88,7 +88,26 @@ def make_problem(op_graph: OpGraph, cluster: Cluster, costs: CostProfile,
         np.add.at(summed, grouping.op_to_group, compute)
         compute = summed
     allowed = allowed_devices(graph, cluster)
+    _check_fits_somewhere(op_graph, cluster, allowed_devices(op_graph, cluster))
     return Problem(graph, cluster, compute, allowed, grouping)
+
+
+def _check_fits_somewhere(op_graph: OpGraph, cluster: Cluster, allowed: np.ndarray) -> None:
+    """UnplaceableError for a colocation class whose persistent memory fits no allowed device."""
+    classes = op_graph.colocation
+    need = np.bincount(classes, weights=op_graph.persistent_bytes)
+    room = np.where(allowed, cluster.memory_bytes[None, :], 0).max(1)
+    class_room = np.full(len(need), np.inf)
+    np.minimum.at(class_room, classes, room)
+    too_big = np.flatnonzero(need > class_room)
+    if len(too_big):
+        cls = int(too_big[0])
+        members = np.flatnonzero(classes == cls)
+        op = int(members[np.argmax(op_graph.persistent_bytes[members])])
+        raise errors.UnplaceableError(
+            f"{op_graph.names[op]!r} and the ops colocated with it hold {need[cls] / 2**30:.2f} GiB "
+            f"of variables, more than any device that can run them has ({class_room[cls] / 2**30:.2f} "
+            "GiB); use devices with more memory or shard the variable")
 
 
 def allowed_devices(graph: OpGraph, cluster: Cluster) -> np.ndarray:
