@@ -228,7 +228,15 @@ def _targets(root: pathlib.Path) -> list[Target]:
     # Libraries and helpers other sources may import.
     pkg_root = root / PACKAGE
     package_dirs = _package_dirs(pkg_root) if pkg_root.is_dir() else []
-    packages = {_module_name(d, root): _library_name(d, root) for d in package_dirs}
+    # One py_library per module (a package's __init__.py is the package's target): per-package
+    # targets would depend on each other (tfplaceto/__init__.py imports every stage, and every
+    # stage imports tfplaceto.errors), and Bazel refuses cyclic dependencies.
+    packages = {}
+    for d in package_dirs:
+        packages[_module_name(d, root)] = _library_name(d, root)
+        for src in d.glob("*.py"):
+            if src.stem != "__init__" and not _is_generated(src):
+                packages[f"{_module_name(d, root)}.{src.stem}"] = f"{_library_name(d, root)}_{src.stem}"
     local: dict[str, str | None] = {}
     tests_dir, bench_dir = root / "tests", root / "benchmarks"
     test_files = sorted(tests_dir.glob("test_*.py"))
@@ -251,20 +259,19 @@ def _targets(root: pathlib.Path) -> list[Target]:
 
     package_set = set(package_dirs)
     for directory in package_dirs:
-        name = _library_name(directory, root)
         module = _module_name(directory, root)
         srcs = sorted(p for p in directory.glob("*.py") if p.is_file() and not _is_generated(p))
-        imports: set[str] = set()
         for src in srcs:
-            imports |= _imported_modules(src, module)
-        attrs = {"srcs": [_rel(p, root) for p in srcs]}
-        data = _data_files(directory, package_set)
-        if data:
-            attrs["data"] = [_rel(p, root) for p in data]
-        deps = resolver.deps(imports, own=name)
-        if deps:
-            attrs["deps"] = deps
-        targets.append(Target("py_library", name, attrs))
+            is_init = src.stem == "__init__"
+            name = _library_name(directory, root) + ("" if is_init else f"_{src.stem}")
+            attrs = {"srcs": [_rel(src, root)]}
+            data = _data_files(directory, package_set) if is_init else []
+            if data:
+                attrs["data"] = [_rel(p, root) for p in data]
+            deps = resolver.deps(_imported_modules(src, module), own=name)
+            if deps:
+                attrs["deps"] = deps
+            targets.append(Target("py_library", name, attrs))
 
     for path in test_helpers:
         name = f"tests_{path.stem}"
@@ -281,7 +288,7 @@ def _targets(root: pathlib.Path) -> list[Target]:
         targets.append(
             Target(
                 "py_binary",
-                "tfplaceto_cli",
+                "tfplaceto_main",
                 {
                     "srcs": [_rel(main, root)],
                     "main": _rel(main, root),
