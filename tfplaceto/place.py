@@ -86,11 +86,17 @@ def _evaluate(problem: Problem, methods: Sequence[str], seed: int,
               budget_s: float | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
     """method -> (oom, simulated step time, node device indices) for each available method."""
     simulator = problem.simulator()
-    results = {}
+    results, failures = {}, []
     for method in methods:
-        device_of = place_problem(problem, method, seed, budget_s)
+        try:
+            device_of = place_problem(problem, method, seed, budget_s)
+        except errors.UnplaceableError as e:  # a greedy placer ran out of room: others may not
+            failures.append(e)
+            continue
         step_time, _, oom = simulator.run(device_of)
         results[method] = (bool(oom), float(step_time), device_of)
+    if not results and failures:
+        raise failures[0]
     return results
 
 

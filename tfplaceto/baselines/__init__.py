@@ -9,6 +9,7 @@ them; `tfplaceto.place` is the public entry point.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 
 import numpy as np

@@ -1,0 +1,63 @@
+"""m-TOPO: fill devices in topological order (Baechi: Jeon et al., SoCC 2020, section 4.1).
+
+Nodes are taken in the graph's topological order and given to the current device until it holds
+its equal share of the total compute (on the fastest candidate device) or of the total memory
+(Baechi's persistent + output estimate, see `_common`); then the next device takes over. The
+shares are cumulative targets, (k + 1) / G of the totals for the k-th of G devices, so a stage
+cut short by one resource is made up by the next. A node goes to the current device when its
+midpoint falls within the target (cuts land at the nearest node boundary). The result is a
+pipeline of contiguous stages with no regard for parallelism: the reference "no scheduling" placer.
+
+Ties (colocation classes) are placed whole when their first member comes up, with their total
+compute and memory. A class the current device cannot run, or has no room for, goes to the
+candidate device with the most memory left that has room, or failing that to another allowed
+device (the host); UnplaceableError when none has room.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfplaceto.baselines import _common
+from tfplaceto.problem import Problem
+
+
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
+    del seed, budget_s  # deterministic, one pass
+    inst = _common.prepare(problem)
+    _common.check_persistent_fits(problem, inst)
+    stages = _common.accelerator_indices(problem)
+    compute = np.where(np.isfinite(inst.class_compute), inst.class_compute, 0.0)
+    total_compute = compute.sum()
+    total_memory = inst.class_memory.sum()
+    share = len(stages)
+
+    used = np.zeros(inst.num_devices)
+    class_device = np.full(inst.num_classes, -1)
+    placed_compute = placed_memory = 0.0
+    stage = 0
+    for node in inst.order:
+        cls = inst.tie[node]
+        if class_device[cls] >= 0:
+            continue
+        size, work = inst.class_memory[cls], compute[cls]
+        # Advance while this class's midpoint lies past the current stage's targets.
+        while stage < share - 1 and (
+                placed_compute + work / 2 > total_compute * (stage + 1) / share
+                or placed_memory + size / 2 > total_memory * (stage + 1) / share):
+            stage += 1
+        device = int(stages[stage])
+        if not (inst.candidates[node, device] and used[device] + size <= inst.memory[device]):
+            device = -1
+            for devices in (inst.candidates[node], inst.allowed[node]):  # the host last
+                room = np.where(devices, inst.memory - used, -np.inf)
+                if room.max() >= size:
+                    device = int(np.argmax(room))
+                    break
+            if device < 0:
+                raise _common.out_of_room(problem, inst, int(node), used)
+        class_device[cls] = device
+        used[device] += size
+        placed_compute += work
+        placed_memory += size
+    return problem.tie(class_device[inst.tie].astype(np.int32))
