@@ -17,6 +17,7 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "tqdm>=4.66",
     "gin-config>=0.5",
+    "portpicker>=1.6",  # free ports for LocalTFCluster workers
 ]
 
 TEST_REQUIRES = [

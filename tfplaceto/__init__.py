@@ -12,12 +12,21 @@ from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, Link
 from tfplaceto.costs import CostProfile, profile
 from tfplaceto.graph import OpGraph, group, import_graph
+from tfplaceto.measure import (
+                               LocalTFCluster,
+                               MeasureResult,
+                               RemoteTFCluster,
+                               calibrate_links,
+                               calibrated_cluster,
+                               measure,
+)
 from tfplaceto.place import METHODS, OptimizeResult, optimize, place
 from tfplaceto.placement import Placement
 from tfplaceto.rewrite import apply_placement
 from tfplaceto.sim import SimResult, lower_bound, simulate
 
 __version__ = "0.1.0"
-__all__ = ["METHODS", "Cluster", "CostProfile", "Device", "Link", "OpGraph", "OptimizeResult", "Placement",
-           "SimResult", "apply_placement", "errors", "group", "import_graph", "lower_bound", "optimize",
+__all__ = ["METHODS", "Cluster", "CostProfile", "Device", "Link", "LocalTFCluster", "MeasureResult", "OpGraph",
+           "OptimizeResult", "Placement", "RemoteTFCluster", "SimResult", "apply_placement", "calibrate_links",
+           "calibrated_cluster", "errors", "group", "import_graph", "lower_bound", "measure", "optimize",
            "place", "profile", "simulate"]

@@ -12,7 +12,7 @@ Map of the file:
   _import_on_device    the GraphDef imported with every node placed (CPU fallback where needed).
   _initialize          variables: known values (sources.initialize_variables), else random ones.
   _random_feeds        a value of the right shape and dtype for every placeholder.
-  _op_seconds          per node seconds of one traced step.
+  op_seconds          per node seconds of one traced step.
 
 Measurement choices (each keeps an op's measured time its own):
 - grappler and the classic graph optimizer are off, so no op is folded, fused or renamed
@@ -94,7 +94,7 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
                 for r in range(runs):
                     metadata = tf.compat.v1.RunMetadata()
                     session.run(fetches, feed_dict=feeds, options=options, run_metadata=metadata)
-                    for name, seconds in _op_seconds(metadata.step_stats).items():
+                    for name, seconds in op_seconds(metadata.step_stats).items():
                         i = index.get(name)
                         if i is not None:
                             samples[r, i] = seconds
@@ -245,7 +245,7 @@ def _random_value(dtype, shape: list[int], rng: np.random.Generator) -> np.ndarr
     return np.zeros(shape, dtype=dtype.as_numpy_dtype)
 
 
-def _op_seconds(step_stats) -> dict[str, float]:
+def op_seconds(step_stats) -> dict[str, float]:
     """Seconds per node of one traced step, summed over its executions (loop bodies repeat).
 
     Entries of compute devices (".../device:CPU:0") are op times. A GPU's kernels are timed on its

@@ -1,0 +1,174 @@
+"""`tp.measure`: the real step time of a placed graph, on this process's devices or a TF cluster.
+
+- `measure(graph, placement, target=None, runs=10)`: writes the placement into the GraphDef
+  (`apply_placement`), checks every device it names exists on the target, runs `warmup` steps
+  and then `runs` timed steps in a Session with soft placement off, and returns the median.
+- `MeasureResult`: the median, every step time, the target's description, the devices used.
+- `graph_parts(graph)`: (GraphDef, fetches, variable values) of an OpGraph or a GraphDef.
+- `map_run_error(error, target)`: a TensorFlow runtime error as tfplaceto's typed error.
+
+What a timed step includes: every op of the fetches' fan-in on its device and the transfers
+between devices (Send/Recv, over gRPC between tasks). Inputs are held in variables on their
+placeholders' devices by default (`inputs_on_device`), as an input pipeline on the workers would
+hold them, and fetch ops run as targets, so no step ships inputs from or outputs to the client.
+The client's RunStep round trip to the master is included (it is part of every real step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from tfplaceto import errors
+from tfplaceto.graph.from_graph_def import parse_input
+from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.measure.session import inputs_as_variables, random_feeds, run_placed
+from tfplaceto.measure.tf_cluster import TFTarget, as_target
+from tfplaceto.rewrite import apply_placement
+
+_LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:"
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureResult:
+    """Real step times of one placement.
+
+    step_time_s   median of `step_times_s`.
+    step_times_s  wall time of each timed step (client Session.run), in run order.
+    target        where it ran ("local:2", "LocalTFCluster(2 tasks, grpc://localhost:1234)").
+    devices       the devices the placed graph uses.
+    """
+
+    step_time_s: float
+    step_times_s: list[float]
+    target: str
+    devices: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return (f"MeasureResult({self.step_time_s * 1e3:.3f} ms median of {len(self.step_times_s)} "
+                f"steps on {self.target})")
+
+
+def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, warmup: int = 2,
+            seed: int = 0, config=None, inputs_on_device: bool = True) -> MeasureResult:
+    """Measures the step time of a placed graph for real.
+
+    Args:
+      graph_def_or_op_graph: an OpGraph from `tp.import_graph` (its GraphDef, fetches and
+        variable values are used) or a GraphDef (fetches: its sinks; variables start random).
+      placement: a Placement or a dict op name -> device name; ops it does not name follow
+        their neighbours (`apply_placement`).
+      target: None or "local" (this process, with as many logical CPUs as the placement uses),
+        "local:N", a LocalTFCluster, a RemoteTFCluster, a "grpc://host:port" master of a running
+        cluster, or a tf.train.ClusterSpec of one.
+      runs: timed steps (after `warmup` untimed ones: kernel selection, allocator growth).
+      seed: of the random inputs and of the random values of variables without known values.
+      config: a tf ConfigProto merged over the target's (e.g. to turn grappler off); soft
+        placement stays off whatever it says.
+      inputs_on_device: hold inputs in variables on their devices (True) or feed them from the
+        client every step (False).
+
+    Raises:
+      InvalidGraphError: not a graph, a grouped OpGraph, an empty placement, unknown input
+        shapes, or the graph fails while running.
+      InvalidClusterError: a bad or unreachable target, or the placement names a device the
+        target does not have.
+      UnplaceableError: an op has no kernel for the device it was placed on.
+      TfplacetoError: runs < 1 or warmup < 0.
+    """
+    if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise errors.TfplacetoError(f"measure needs runs >= 1 and warmup >= 0, got runs={runs!r}, "
+                                    f"warmup={warmup!r}")
+    graph_def, fetches, variable_values = graph_parts(graph_def_or_op_graph)
+    placed = apply_placement(graph_def, placement)
+    used = placed_devices(placed)
+    local_cpus = [int(d[len(_LOCAL_CPU):]) for d in used if d.startswith(_LOCAL_CPU)]
+    resolved = as_target(target, min_cpus=max(local_cpus, default=0) + 1)
+    check_devices(used, resolved)
+    session_config = resolved.session_config()
+    if config is not None:
+        session_config.MergeFrom(config)
+    session_config.allow_soft_placement = False  # the placement is what is measured
+
+    feeds = random_feeds(placed, seed)
+    values = dict(variable_values)
+    if inputs_on_device:
+        placed, input_values = inputs_as_variables(placed, feeds)
+        values.update(input_values)
+        feeds = {}
+    result = run_or_raise(resolved, placed, fetches, session_config, values, feeds, runs, warmup,
+                          seed=seed)
+    times = list(result.run_times_s)
+    return MeasureResult(statistics.median(times), times, resolved.description, used)
+
+
+def graph_parts(graph) -> tuple:
+    """(GraphDef, fetch op names, variable values) of an OpGraph or a GraphDef."""
+    import tensorflow as tf
+
+    if isinstance(graph, OpGraph):
+        if graph.graph_def is None:
+            raise errors.InvalidGraphError(
+                "this OpGraph has no GraphDef (a grouped graph?); measure the op-level graph from "
+                "tp.import_graph with an op-level placement (tfplaceto.placement.expand)")
+        return graph.graph_def, tuple(graph.fetches), dict(graph.variable_values)
+    if isinstance(graph, tf.compat.v1.GraphDef):
+        if not graph.node:
+            raise errors.InvalidGraphError("the GraphDef has no nodes")
+        consumed = {parse_input(i)[0] for node in graph.node for i in node.input}
+        return graph, tuple(n.name for n in graph.node if n.name not in consumed), {}
+    raise errors.InvalidGraphError(
+        f"measure expects a GraphDef or a tfplaceto OpGraph, got {type(graph).__name__}")
+
+
+def placed_devices(graph_def) -> tuple[str, ...]:
+    """Sorted distinct devices of a placed GraphDef's nodes and function bodies."""
+    devices = {n.device for n in graph_def.node}
+    devices.update(n.device for f in graph_def.library.function for n in f.node_def)
+    devices.discard("")
+    return tuple(sorted(devices))
+
+
+def check_devices(used, target: TFTarget) -> None:
+    """InvalidClusterError naming the devices of `used` that `target` does not have."""
+    available = set(target.devices)
+    missing = [d for d in used if d not in available]
+    if missing:
+        raise errors.InvalidClusterError(
+            f"the placement uses {', '.join(missing)}, which {target.description} does not have "
+            f"(its devices: {', '.join(sorted(available))}); place on the target's devices "
+            "(target.cluster())")
+
+
+def run_or_raise(target: TFTarget, graph_def, fetches, config, variable_values, feeds, runs: int,
+                 warmup: int, trace: bool = False, seed: int = 0):
+    """`run_placed` on `target`, with TensorFlow's runtime errors mapped to typed errors."""
+    import tensorflow as tf
+
+    try:
+        return run_placed(graph_def, fetches, target.target, config, variable_values, feeds,
+                          runs=runs, warmup=warmup, trace=trace, seed=seed)
+    except tf.errors.OpError as e:
+        raise map_run_error(e, target.description) from None
+
+
+def map_run_error(error, where: str) -> errors.TfplacetoError:
+    """The typed error for a TensorFlow runtime error raised while running on `where`."""
+    import tensorflow as tf
+
+    text = str(getattr(error, "message", "") or error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    if isinstance(error, tf.errors.InvalidArgumentError) and "Cannot assign a device" in text:
+        return errors.UnplaceableError(
+            f"an op cannot run where it was placed on {where}: {first}; place it on a device "
+            "type that has a kernel for it")
+    if isinstance(error, tf.errors.UnavailableError | tf.errors.DeadlineExceededError
+                  | tf.errors.CancelledError | tf.errors.AbortedError):
+        return errors.InvalidClusterError(
+            f"{where} failed or timed out while measuring: {first}; check that its servers are "
+            "running and reachable")
+    return errors.InvalidGraphError(f"the placed graph failed on {where}: {first}")
+
+
+__all__ = ["MeasureResult", "check_devices", "graph_parts", "map_run_error", "measure",
+           "placed_devices", "run_or_raise"]
