@@ -1,0 +1,34 @@
+"""`tfplaceto bench`: rows for every (graph, cluster, method), a table with the best marked, JSON, plot."""
+
+import json
+
+import tensorflow as tf
+
+from tfplaceto import bench
+from tfplaceto.cli import main
+
+
+def test_bench_cli_writes_json_table_and_plot(tmp_path, capsys):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 256], name="x")
+        branches = [tf.nn.relu(tf.matmul(x, tf.compat.v1.get_variable(f"w{i}", [256, 256], use_resource=True)))
+                    for i in range(4)]
+        tf.add_n(branches, name="out")
+    source = tmp_path / "branches.pb"
+    source.write_bytes(graph.as_graph_def().SerializeToString())
+    out, picture = tmp_path / "results.json", tmp_path / "bench.png"
+    assert main(["bench", "--graphs", str(source), "--clusters", "2xV100", "4xK80",
+                 "--methods", "single", "round_robin", "m_etf", "--out", str(out), "--plot", str(picture)]) == 0
+    records = json.loads(out.read_text())
+    assert len(records) == 2 * 3
+    assert all(r["step_time_s"] >= r["lower_bound_s"] * (1 - 1e-9) for r in records)
+    table = capsys.readouterr().out
+    assert sum(line.count("*") for line in table.splitlines()[2:]) == 2, table  # one best per row
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_best_prefers_fitting_placements():
+    rows = [bench.BenchRow("g", "c", "fast_oom", 1.0, 1.0, True, {}, 0.0),
+            bench.BenchRow("g", "c", "slow_fits", 2.0, 1.0, False, {}, 0.0)]
+    assert bench._best(rows).method == "slow_fits"
