@@ -300,8 +300,9 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
                 seen.add((tensor_ids[key], i))
                 edge_tensor.append(tensor_ids[key])
                 edge_consumer.append(i)
-        for c in op.control_inputs:
-            control_senders.append(index[c.name])
+        # The NodeDef's "^x" inputs, in order (op.control_inputs has no stable order).
+        for name in dict.fromkeys(parse_input(x)[0] for x in node.input if x.startswith("^")):
+            control_senders.append(index[name])
             control_receivers.append(i)
 
     roots = np.array([colocation.find(i) for i in range(n)])

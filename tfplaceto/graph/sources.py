@@ -686,7 +686,7 @@ def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | No
             f"unknown built-in graph {name!r}: this installation has no built-in graphs "
             "(tfplaceto.graph.builtin is missing); run `tfplaceto models` to list them") from None
     try:
-        source = builtin.build(name)
+        source, _ = builtin.build(name)  # (model, default batch size): import_graph uses the batch
     except errors.TfplacetoError:
         raise
     except (KeyError, ValueError) as error:
