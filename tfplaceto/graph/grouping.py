@@ -21,8 +21,9 @@ import heapq
 
 import numpy as np
 
+from tfplaceto import errors
 from tfplaceto.graph.from_graph_def import _UnionFind
-from tfplaceto.graph.op_graph import OpGraph, make_op_graph
+from tfplaceto.graph.op_graph import OpGraph, make_op_graph, topological_order
 
 DEFAULT_MAX_GROUPS = 256
 
@@ -282,7 +283,33 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
             first_piece[g] = next_label
             next_label += 1
         labels[node] = first_piece[g]
-    return labels
+    # A variable read by many pieces (a learning rate) keeps its reads in one piece, the earliest,
+    # else its colocation class would tie all those pieces (and their layers) to one device.
+    together = labels.copy()
+    earliest: dict[tuple[int, int], int] = {}
+    for node in order[floating[order]]:
+        key = (int(op_graph.colocation[node]), int(op_to_group[node]))
+        earliest[key] = min(earliest.get(key, together[node]), together[node])
+    for node in order[floating[order]]:
+        together[node] = earliest[(int(op_graph.colocation[node]), int(op_to_group[node]))]
+    predecessors = _csr(receivers, senders, op_graph.num_ops)
+    for node in order[floating[order]]:  # inputs never after their consumer
+        preds = predecessors(node)
+        if len(preds):
+            together[node] = max(together[node], together[preds].max())
+    return together if _labels_acyclic(op_graph, together) else labels
+
+
+def _labels_acyclic(op_graph: OpGraph, labels: np.ndarray) -> bool:
+    edges = np.stack([labels[op_graph.senders], labels[op_graph.receivers]], 1)
+    control = np.stack([labels[op_graph.control_senders], labels[op_graph.control_receivers]], 1)
+    edges = np.concatenate([edges, control])
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    try:
+        topological_order(int(labels.max()) + 1, edges[:, 0], edges[:, 1])
+    except errors.InvalidGraphError:
+        return False
+    return True
 
 
 def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarray,
