@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     place.add_argument("--batch-size", type=int, default=None)
     place.add_argument("--fetch", action="append", default=None, help="fetch op (repeatable)")
     place.add_argument("--seed", type=int, default=0)
+    place.add_argument("--costs", default=None,
+                       help="analytical, measured, or a saved CostProfile (default: measured on local, "
+                            "analytical for presets)")
 
     simulate = commands.add_parser("simulate", help="simulate a placed graph")
     simulate.add_argument("source")
@@ -57,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--trace")
     simulate.add_argument("--batch-size", type=int, default=None)
     simulate.add_argument("--fetch", action="append", default=None)
+
+    bench = commands.add_parser("bench", help="place and simulate built-in graphs with every method")
+    bench.add_argument("--graphs", nargs="+", default=None, help="built-in names or graph files")
+    bench.add_argument("--clusters", nargs="+", default=None)
+    bench.add_argument("--methods", nargs="+", default=None)
+    bench.add_argument("--budget-s", type=float, default=None, help="budget of local_search / fine-tuning")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--out", required=True, help="results JSON")
+    bench.add_argument("--plot", help="bar chart PNG")
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -103,7 +115,7 @@ def _cmd_place(args) -> int:
     from tfplaceto.placement import atomic_write
 
     _check_output_paths(args.out, args.report, args.gantt, args.trace, args.placement_out)
-    result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method,
+    result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method, costs=args.costs,
                          budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size)
     # Render everything first; write the graph last so a failure leaves OUT untouched.
     sim = result.simulate() if (args.gantt or args.trace) else None
@@ -152,6 +164,20 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from tfplaceto import bench
+
+    _check_output_paths(args.out, args.plot)
+    rows = bench.run_bench(args.graphs or bench.DEFAULT_GRAPHS, args.clusters or bench.DEFAULT_CLUSTERS,
+                           args.methods or bench.DEFAULT_METHODS, seed=args.seed, budget_s=args.budget_s,
+                           log=lambda line: print(line, file=sys.stderr))
+    bench.save_json(rows, args.out)
+    if args.plot:
+        bench.plot(rows, args.plot)
+    print(bench.format_table(rows))
+    return 0
+
+
 def _cmd_models(args) -> int:
     from tfplaceto.graph import builtin
 
@@ -177,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from tfplaceto import errors
 
-    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models,
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
                 "rewrite-saved-model": _cmd_rewrite_saved_model}
     try:
         return handlers[args.command](args)
