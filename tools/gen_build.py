@@ -131,7 +131,13 @@ def _imported_modules(path: pathlib.Path, package: str | None) -> set[str]:
     except SyntaxError as e:
         raise SystemExit(f"gen_build: cannot parse {path}: {e}") from e
     modules: set[str] = set()
+    # Imports under `if TYPE_CHECKING:` are for annotations only: not dependencies.
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                 for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import io
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfplaceto.placement import atomic_write
-from tfplaceto.sim.result import SimResult
 from tfplaceto.sim.trace import short_device
+
+if TYPE_CHECKING:  # only for annotations: result.py imports this module
+    from tfplaceto.sim.result import SimResult
 
 _ROW_HEIGHT_IN = 0.42
 _MAX_ROWS_LABELLED = 40

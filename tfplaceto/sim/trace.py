@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 from tfplaceto.placement import atomic_write
-from tfplaceto.sim.result import SimResult
+
+if TYPE_CHECKING:  # only for annotations: result.py imports this module
+    from tfplaceto.sim.result import SimResult
 
 _PID = 0
 _US = 1e6
