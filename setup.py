@@ -28,6 +28,7 @@ TEST_REQUIRES = [
     "nbclient>=0.10",
     "nbformat>=5.10",
     "ipykernel>=6.29",
+    "ipython>=8.12,<8.19",  # newer IPython needs a typing-extensions newer than tf-agents' pin
 ]
 
 setuptools.setup(

@@ -8,7 +8,7 @@ The flow (one direction):
 `tfplaceto.saved_model.rewrite` wrap it for Keras and SavedModels. Names: shared/API.md.
 """
 
-from tfplaceto import errors
+from tfplaceto import errors, keras, saved_model
 from tfplaceto.cluster import Cluster, Device, Link
 from tfplaceto.costs import CostProfile, profile
 from tfplaceto.graph import OpGraph, group, import_graph
@@ -28,5 +28,5 @@ from tfplaceto.sim import SimResult, lower_bound, simulate
 __version__ = "0.1.0"
 __all__ = ["METHODS", "Cluster", "CostProfile", "Device", "Link", "LocalTFCluster", "MeasureResult", "OpGraph",
            "OptimizeResult", "Placement", "RemoteTFCluster", "SimResult", "apply_placement", "calibrate_links",
-           "calibrated_cluster", "errors", "group", "import_graph", "lower_bound", "measure", "optimize",
-           "place", "profile", "simulate"]
+           "calibrated_cluster", "errors", "group", "keras", "import_graph", "lower_bound", "measure", "optimize",
+           "place", "profile", "saved_model", "simulate"]

@@ -9,6 +9,7 @@ one type and print one line. Messages say what was wrong and what to do about it
 - `UnplaceableError`: an op fits on no device (no kernel for its type, or too little memory).
 - `CostProfileError`: a cost profile is unreadable or does not match the graph and cluster.
 - `InvalidMethodError`: an unknown placement method.
+- `OutputExistsError`: an output path that exists (or overlaps the input) and would be overwritten.
 """
 
 
@@ -34,3 +35,7 @@ class CostProfileError(TfplacetoError, ValueError):
 
 class InvalidMethodError(TfplacetoError, ValueError):
     """An unknown placement method, or one this installation cannot run."""
+
+
+class OutputExistsError(TfplacetoError, FileExistsError):
+    """An output already exists (or overlaps the input) and tfplaceto will not overwrite it."""

@@ -82,10 +82,22 @@ def _notes(problem: Problem) -> str:
     return f"placed on {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops} ops"
 
 
-def _evaluate(problem: Problem, methods: Sequence[str], seed: int,
-              budget_s: float | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
-    """method -> (oom, simulated step time, node device indices) for each available method."""
-    simulator = problem.simulator()
+def _op_simulator(problem: Problem, op_graph: OpGraph, costs: CostProfile):
+    """The simulator that scores candidates: op level, so reported figures match `simulate`."""
+    from tfplaceto.sim import Simulator
+
+    return Simulator(op_graph, problem.cluster, costs.per_device(op_graph, problem.cluster))
+
+
+def _evaluate(problem: Problem, methods: Sequence[str], seed: int, budget_s: float | None = None,
+              simulator=None) -> dict[str, tuple[bool, float, np.ndarray]]:
+    """method -> (oom, simulated step time, node device indices) for each available method.
+
+    Placers work on the problem (groups); each answer is scored by `simulator` on the expanded
+    op placement when given, else on the problem itself.
+    """
+    expand = problem.expand if simulator is not None else (lambda device_of: device_of)
+    simulator = simulator or problem.simulator()
     results, failures = {}, []
     for method in methods:
         try:
@@ -93,7 +105,7 @@ def _evaluate(problem: Problem, methods: Sequence[str], seed: int,
         except errors.UnplaceableError as e:  # a greedy placer ran out of room: others may not
             failures.append(e)
             continue
-        step_time, _, oom = simulator.run(device_of)
+        step_time, _, oom = simulator.run(expand(device_of))
         results[method] = (bool(oom), float(step_time), device_of)
     if not results and failures:
         raise failures[0]
@@ -164,9 +176,10 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     compared = [m for m in COMPARED_BASELINES if m in baselines.available()]
-    results = _evaluate(problem, compared, seed)
+    scorer = _op_simulator(problem, op_graph, costs)
+    results = _evaluate(problem, compared, seed, simulator=scorer)
     if method not in results and method != "auto":
-        results.update(_evaluate(problem, [method], seed, budget_s))
+        results.update(_evaluate(problem, [method], seed, budget_s, simulator=scorer))
     chosen = min(results, key=lambda m: results[m][:2])
     oom, step_time, device_of = results[chosen]
     placement = Placement.from_indices(op_graph, cluster, problem.expand(device_of), chosen, _notes(problem))

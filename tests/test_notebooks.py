@@ -1,0 +1,62 @@
+"""The notebooks in notebooks/ run from top to bottom (each ends with assertions of its own).
+
+Each runs in a fresh kernel (nbclient) with the repository as working directory and on the
+path, so the kernel imports this checkout. 01 and 02 take well under a minute and stay in the
+fast set; 03 trains the policy (over a minute) and is marked slow.
+"""
+
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = os.path.join(ROOT, "notebooks")
+
+
+def _rl_installed() -> bool:
+    try:
+        import tfplaceto.rl.train  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _run(name, timeout_s, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    notebook = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=timeout_s, kernel_name="python3",
+                                     resources={"metadata": {"path": NOTEBOOKS}})
+    client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    return notebook
+
+
+def _outputs(notebook, output_type):
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+            if o.get("output_type") == output_type]
+
+
+def test_01_quickstart(monkeypatch):
+    notebook = _run("01_quickstart.ipynb", 300, monkeypatch)
+    images = [o for o in _outputs(notebook, "execute_result") + _outputs(notebook, "display_data")
+              if "image/png" in o.get("data", {})]
+    assert images, "the Gantt chart is shown"
+    assert any("x lower bound" in o.get("data", {}).get("text/markdown", "")
+               for o in _outputs(notebook, "display_data")), "the baselines table is shown"
+
+
+def test_02_keras_callback(monkeypatch):
+    notebook = _run("02_keras_callback.ipynb", 600, monkeypatch)
+    text = "".join(o.get("text", "") for o in _outputs(notebook, "stream"))
+    assert "PlacementCallback:" in text and "measured step time" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _rl_installed(), reason="policy not installed")
+def test_03_train_and_generalize(monkeypatch):
+    notebook = _run("03_train_and_generalize.ipynb", 900, monkeypatch)
+    images = [o for o in _outputs(notebook, "display_data") if "image/png" in o.get("data", {})]
+    assert images, "the learning curve is shown"
