@@ -84,15 +84,7 @@ class Placement(Mapping[str, str]):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Placement:
-        proto = placement_pb2.Placement()
-        try:
-            with open(path, "rb") as f:
-                proto.ParseFromString(f.read())
-        except OSError as e:
-            raise errors.InvalidGraphError(f"cannot read placement {path}: {e.strerror}") from None
-        except Exception:  # protobuf's DecodeError
-            raise errors.InvalidGraphError(f"{path} is not a tfplaceto Placement proto") from None
-        return cls.from_proto(proto)
+        return cls.from_proto(read_proto(path, placement_pb2.Placement, errors.InvalidGraphError))
 
 
 def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
@@ -105,6 +97,19 @@ def expand(group_placement: Placement, op_graph: OpGraph, op_to_group: np.ndarra
     devices = [group_placement[g] for g in group_names]
     return Placement({op: devices[g] for op, g in zip(op_graph.names, op_to_group)},
                      group_placement.method, group_placement.notes)
+
+
+def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):
+    """Parses a binary proto file; an unreadable or malformed file raises error_type, one line."""
+    proto = proto_type()
+    try:
+        with open(path, "rb") as f:
+            proto.ParseFromString(f.read())
+    except OSError as e:
+        raise error_type(f"cannot read {path}: {e.strerror}") from None
+    except Exception:  # protobuf's DecodeError
+        raise error_type(f"{path} is not a tfplaceto {proto_type.DESCRIPTOR.name} proto") from None
+    return proto
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:

@@ -47,7 +47,7 @@ def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
             chosen[node.name] = device_of[node.name]
             continue
         inner = [d for op, d in device_of.items() if op.startswith(node.name + "/")]
-        if inner and _called_function(node, functions):
+        if inner and called_function(node, functions):
             chosen[node.name] = collections.Counter(inner).most_common(1)[0][0]
     _fill_unplaced(result, nodes, chosen, default)
     _enforce_colocation(result, nodes, chosen)
@@ -57,7 +57,8 @@ def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
     return result
 
 
-def _called_function(node, functions):
+def called_function(node, functions):
+    """The FunctionDef a node calls (by op name or through a PartitionedCall), or None."""
     if node.op in functions:
         return functions[node.op]
     if node.op in _CALL_OPS and "f" in node.attr:
@@ -119,7 +120,7 @@ def _enforce_colocation(graph_def, nodes, chosen) -> None:
 def _place_function_library(graph_def, functions, device_of, chosen, default) -> None:
     call_sites = collections.defaultdict(list)
     for node in graph_def.node:
-        function = _called_function(node, functions)
+        function = called_function(node, functions)
         if function is not None:
             call_sites[function.signature.name].append(node.name)
     for name, function in functions.items():

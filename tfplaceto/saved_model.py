@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
 from tfplaceto.place import METHODS, OptimizeResult
+from tfplaceto.rewrite import called_function
 
 # Unknown batch dimensions of signature inputs are sized like a Keras fit batch; pass batch_size
 # to place for the batch the model will serve.
@@ -231,7 +232,7 @@ def _place_meta_graph(meta_graph, results: Mapping[str, OptimizeResult]) -> None
         placer = _SignaturePlacer(result, functions, placed_functions)
         signature = meta_graph.signature_def[key]
         outputs = [graph_nodes.get(tensor.name.split(":")[0]) for tensor in signature.outputs.values()]
-        wrappers = [(node, _called_function(node, functions)) for node in outputs if node is not None]
+        wrappers = [(node, called_function(node, functions)) for node in outputs if node is not None]
         if any(wrapper is None for _, wrapper in wrappers):
             # A TF1-style signature: its ops are nodes of the top-level graph, under their own
             # names; nodes it does not run (initializers, the saver) are left alone.
@@ -279,7 +280,7 @@ class _SignaturePlacer:
         devices = []
         for node in nodes:
             full = None if prefix is None else prefix + node.name
-            callee = _called_function(node, self.functions)
+            callee = called_function(node, self.functions)
             if full in self.device_of:
                 device = self.device_of[full]
             elif callee is not None:
@@ -299,14 +300,6 @@ class _SignaturePlacer:
     def _scope_device(self, name: str | None, fallback: str) -> str:
         counts = self.under.get(name) if name is not None else None
         return counts.most_common(1)[0][0] if counts else fallback
-
-
-def _called_function(node, functions):
-    if node.op in functions:
-        return functions[node.op]
-    if node.op in _CALL_OPS and "f" in node.attr:
-        return functions.get(node.attr["f"].func.name)
-    return None
 
 
 def _attr_functions(node, functions) -> list:

@@ -16,7 +16,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.placement import atomic_write
+from tfplaceto.placement import atomic_write, read_proto
 from tfplaceto.protos import cost_profile_pb2
 
 
@@ -87,12 +87,4 @@ class CostProfile:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostProfile:
-        proto = cost_profile_pb2.CostProfile()
-        try:
-            with open(path, "rb") as f:
-                proto.ParseFromString(f.read())
-        except OSError as e:
-            raise errors.CostProfileError(f"cannot read cost profile {path}: {e.strerror}") from None
-        except Exception:
-            raise errors.CostProfileError(f"{path} is not a tfplaceto CostProfile proto") from None
-        return cls.from_proto(proto)
+        return cls.from_proto(read_proto(path, cost_profile_pb2.CostProfile, errors.CostProfileError))

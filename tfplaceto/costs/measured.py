@@ -36,6 +36,7 @@ from tfplaceto.cluster import Cluster, as_cluster, session_config
 from tfplaceto.costs.analytical import _first_line, _graph_def_of
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
+from tfplaceto.graph.sources import initialize_all_variables
 
 _HOST_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 _ARG_NAME = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")
@@ -87,7 +88,7 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
             # Feeds first: initialization adds placeholders of its own.
             feeds = _random_feeds(graph, rng)
             with tf.compat.v1.Session(graph=graph, config=config) as session:
-                _initialize(session, graph, op_graph.variable_values, rng)
+                initialize_all_variables(session, graph, op_graph.variable_values, rng)
                 for _ in range(warmup):
                     session.run(fetches, feed_dict=feeds)
                 options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
@@ -171,41 +172,6 @@ def _import_on_device(op_graph: OpGraph, graph_def, device: str):
     with graph.as_default():
         tf.compat.v1.import_graph_def(placed, name="")
     return graph
-
-
-def _initialize(session, graph, variable_values, rng: np.random.Generator) -> None:
-    """Gives every variable a value: the known one where there is one, else a random one."""
-    import tensorflow as tf
-
-    variables = [op for op in graph.get_operations() if op.type in _VARIABLE_TYPES]
-    known = {op.name: variable_values[op.name] for op in variables
-             if op.name in variable_values and op.type == "VarHandleOp"}
-    if known:
-        try:
-            from tfplaceto.graph.sources import initialize_variables
-        except ImportError:
-            initialize_variables = None
-        if initialize_variables is not None:
-            initialize_variables(session, graph, known)
-        else:
-            known = {}
-    assigns, feeds = [], {}
-    with graph.as_default(), tf.name_scope("tfplaceto_random_init"):
-        for op in variables:
-            if op.name in known:
-                continue
-            dtype = tf.dtypes.as_dtype(op.get_attr("dtype")).base_dtype
-            shape = [d if d is not None and d >= 0 else 1 for d in _shape_list(op.get_attr("shape"))]
-            value = _random_value(dtype, shape, rng)
-            placeholder = tf.compat.v1.placeholder(dtype, value.shape)
-            with graph.colocate_with(op):
-                if op.type == "VarHandleOp":
-                    assigns.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder))
-                else:
-                    assigns.append(tf.compat.v1.assign(op.outputs[0], placeholder, validate_shape=False))
-            feeds[placeholder] = value
-    if assigns:
-        session.run(assigns, feed_dict=feeds)
 
 
 def _shape_list(shape) -> list[int | None]:

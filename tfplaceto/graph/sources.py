@@ -53,7 +53,7 @@ from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config
 
 from tfplaceto import errors
 
-__all__ = ["LoadedGraph", "load_source", "initialize_variables", "inline_functions"]
+__all__ = ["LoadedGraph", "initialize_all_variables", "initialize_variables", "inline_functions", "load_source"]
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 FUNCTIONAL_CONTROL_FLOW_OPS = frozenset(
@@ -184,6 +184,38 @@ def initialize_variables(session: tf.compat.v1.Session, graph: tf.Graph,
                                                        value=placeholder))
             feed_dict[placeholder] = value
     session.run(assigns, feed_dict=feed_dict)
+
+
+def initialize_all_variables(session: tf.compat.v1.Session, graph: tf.Graph,
+                             variable_values: Mapping[str, np.ndarray], rng: np.random.Generator) -> None:
+    """Initializes every variable of `graph`: known values where given (`initialize_variables`),
+    small random floats (zeros for other dtypes) elsewhere, each assign colocated with its
+    variable (an unplaced assign could land on another task)."""
+    variables = [op for op in graph.get_operations() if op.type in ("VarHandleOp", "VariableV2", "Variable")]
+    known = {op.name: variable_values[op.name] for op in variables
+             if op.name in variable_values and op.type == "VarHandleOp"}
+    initialize_variables(session, graph, known)
+    assigns, feed_dict = [], {}
+    with graph.as_default(), tf.name_scope("tfplaceto_random_init"):
+        for op in variables:
+            if op.name in known:
+                continue
+            dtype = tf.dtypes.as_dtype(op.get_attr("dtype")).base_dtype
+            shape = tf.TensorShape(op.get_attr("shape"))
+            dims = [d if d is not None else 1 for d in shape.as_list()] if shape.rank is not None else []
+            if dtype.is_floating:
+                value = (rng.standard_normal(dims) * 0.1).astype(dtype.as_numpy_dtype)
+            else:
+                value = np.zeros(dims, dtype.as_numpy_dtype)
+            placeholder = tf.compat.v1.placeholder(dtype, value.shape)
+            with graph.colocate_with(op):
+                if op.type == "VarHandleOp":
+                    assigns.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder))
+                else:
+                    assigns.append(tf.compat.v1.assign(op.outputs[0], placeholder, validate_shape=False))
+            feed_dict[placeholder] = value
+    if assigns:
+        session.run(assigns, feed_dict=feed_dict)
 
 
 def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.graph.sources import initialize_all_variables
 
 _INPUT_SUFFIX = "/tfplaceto_input"
 _VARIABLE_TYPES = ("VarHandleOp", "VariableV2")
@@ -156,7 +157,7 @@ def run_placed(graph_def, fetches: Sequence[str], target: str = "", config=None,
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE) if trace else None
     times, stats = [], []
     with tf.compat.v1.Session(target, graph=graph, config=config) as session:
-        _initialize_all(session, graph, dict(variable_values or {}), np.random.default_rng(seed))
+        initialize_all_variables(session, graph, dict(variable_values or {}), np.random.default_rng(seed))
         for _ in range(warmup):
             session.run(fetch_ops, feed_dict)
         for _ in range(runs):
@@ -167,38 +168,3 @@ def run_placed(graph_def, fetches: Sequence[str], target: str = "", config=None,
             if trace:
                 stats.append(metadata.step_stats)
     return RunResult({}, {}, times, stats)
-
-
-def _initialize_all(session, graph, variable_values: dict[str, np.ndarray],
-                    rng: np.random.Generator) -> None:
-    """Known values where given, small random floats (zeros for other dtypes) elsewhere."""
-    import tensorflow as tf
-
-    from tfplaceto.graph.sources import initialize_variables
-
-    variables = [op for op in graph.get_operations() if op.type in _VARIABLE_TYPES]
-    known = {op.name: variable_values[op.name] for op in variables
-             if op.name in variable_values and op.type == "VarHandleOp"}
-    initialize_variables(session, graph, known)
-    assigns, feed_dict = [], {}
-    with graph.as_default(), tf.name_scope("tfplaceto_random_init"):
-        for op in variables:
-            if op.name in known:
-                continue
-            dtype = tf.dtypes.as_dtype(op.get_attr("dtype")).base_dtype
-            shape = tf.TensorShape(op.get_attr("shape"))
-            dims = [d if d is not None else 1 for d in shape.as_list()] if shape.rank is not None else []
-            if dtype.is_floating:
-                value = (rng.standard_normal(dims) * 0.1).astype(dtype.as_numpy_dtype)
-            else:
-                value = np.zeros(dims, dtype.as_numpy_dtype)
-            placeholder = tf.compat.v1.placeholder(dtype, value.shape)
-            # Colocated with the variable: an unplaced assign could land on another task.
-            with graph.colocate_with(op):
-                if op.type == "VarHandleOp":
-                    assigns.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder))
-                else:
-                    assigns.append(tf.compat.v1.assign(op.outputs[0], placeholder, validate_shape=False))
-            feed_dict[placeholder] = value
-    if assigns:
-        session.run(assigns, feed_dict=feed_dict)
