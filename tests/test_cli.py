@@ -88,3 +88,14 @@ def test_the_installed_entry_point_runs(graph_file, tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert out.read_text().count("device:") > 10
+
+
+def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys):
+    logdir = tmp_path / "run"
+    assert main(["train", "--family", "cifar10-cells", "--cluster", "2xK80", "--logdir", str(logdir),
+                 "--episodes", "2", "--num-graphs", "1"]) == 0
+    assert (logdir / "policy" / "policy.json").exists()
+    capsys.readouterr()
+    assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),
+                 "--episodes", "1"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -3,8 +3,10 @@
   tfplaceto place SOURCE --cluster C [--method M] [--budget-s S] --out OUT.pb
                   [--report R.json] [--gantt G.png] [--trace T.json] [--batch-size N] [--fetch F]
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
-  tfplaceto models
+  tfplaceto bench [--graphs ..] [--clusters ..] [--methods ..] --out results.json [--plot P.png]
+  tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N]
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
+  tfplaceto models
 
 Bad input prints one line on stderr and exits with status 2, with no traceback and nothing
 written at the output paths (every output is written atomically, after all the work is done).
@@ -69,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", required=True, help="results JSON")
     bench.add_argument("--plot", help="bar chart PNG")
+
+    train = commands.add_parser("train", help="train the Placeto policy on a family of graphs")
+    train.add_argument("--family", required=True, help="cifar10-cells, ptb-cells, nmt-variants (comma-separated)")
+    train.add_argument("--cluster", action="append", required=True, help="preset (repeatable)")
+    train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
+    train.add_argument("--episodes", type=int, default=200)
+    train.add_argument("--num-graphs", type=int, default=3, help="family members trained on")
+    train.add_argument("--seed", type=int, default=0)
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -178,6 +188,13 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_train(args) -> int:
+    from tfplaceto.rl.train import train_command
+
+    train_command(args.family, args.cluster, args.logdir, args.episodes, args.seed, args.num_graphs)
+    return 0
+
+
 def _cmd_models(args) -> int:
     from tfplaceto.graph import builtin
 
@@ -203,12 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from tfplaceto import errors
 
-    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench, "train": _cmd_train,
                 "rewrite-saved-model": _cmd_rewrite_saved_model}
     try:
         return handlers[args.command](args)
     except errors.TfplacetoError as e:
-        print(f"tfplaceto: error: {e}", file=sys.stderr)
+        # One line: gin and TensorFlow append context lines to messages raised inside them.
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"tfplaceto: error: {first_line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tfplaceto: interrupted", file=sys.stderr)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tfplaceto import baselines, errors
+from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
@@ -25,8 +26,6 @@ from tfplaceto.problem import Problem, make_problem
 
 METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
            "local_search", "placeto")
-# Baselines optimize() compares against: fast and deterministic (local_search needs a budget).
-COMPARED_BASELINES = ("single", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft")
 
 
 def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:

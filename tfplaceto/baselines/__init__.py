@@ -30,6 +30,10 @@ _MODULES = {
     "local_search": "local_search",
 }
 
+# Baselines tfplaceto.optimize and the policy compare against: fast and deterministic
+# (local_search needs a time budget).
+COMPARED_BASELINES = ("single", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft")
+
 Placer = Callable[..., np.ndarray]
 
 
@@ -53,3 +57,20 @@ def run(method: str, problem: Problem, seed: int = 0, budget_s: float | None = N
     if (problem.tie(device_of) != device_of).any():
         raise AssertionError(f"{method} split a colocation class")
     return device_of
+
+
+def starting_placements(problem: Problem, seed: int = 0) -> dict[str, np.ndarray]:
+    """{"best baseline name": placement, "single": placement} (one entry if they coincide)."""
+    simulator = problem.simulator()
+    scored = {}
+    for method in COMPARED_BASELINES:
+        if method not in available():
+            continue
+        placement = run(method, problem, seed=seed)
+        step_time, _, oom = simulator.run(placement)
+        scored[method] = ((bool(oom), float(step_time)), placement)
+    best = min(scored, key=lambda m: scored[m][0])
+    starts = {best: scored[best][1]}
+    if best != "single" and "single" in scored:
+        starts["single"] = scored["single"][1]
+    return starts

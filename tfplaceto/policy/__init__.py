@@ -1,0 +1,19 @@
+"""The Placeto policy: what it sees, how it scores devices, and the shipped weights.
+
+- `features.py`: per-graph static arrays, per-step node / edge / (node, device) features, the padded
+  observation and its spec, graph_nets GraphsTuple views. Pure functions over arrays.
+- `network.py`: the Sonnet/graph_nets network: encoders, message passing along and against the DAG,
+  ancestor / descendant / parallel pooling, a per-device scorer; one set of weights for any device
+  count.
+- `placer.py`: `place(problem, seed, budget_s)`, the `method="placeto"` entry point: the shipped
+  policy (`pretrained/`), greedy episodes from the best baselines, optional fine-tuning.
+Training (environment, agent, loop) lives in `tfplaceto.rl`.
+"""
+
+import contextlib as _contextlib
+import io as _io
+
+# tf-agents pins gym 0.23, which prints a deprecation notice on stderr when imported; tfplaceto
+# uses none of gym, and its users should not see the notice on every command.
+with _contextlib.redirect_stderr(_io.StringIO()):
+    import gym  # noqa: F401

@@ -1,0 +1,12 @@
+"""Training the Placeto policy with TF-Agents.
+
+- `environment.py`: `PlacementEnvironment`, the MDP (a `PyEnvironment`) over one or several Problems:
+  one episode re-places every colocation class once; rewards are simulated runtime improvements.
+- `agent.py`: `PlacetoPolicy` (a `TFPolicy` around the Sonnet network) and `PlacetoAgent` (a
+  `TFAgent`: REINFORCE with a per-step baseline, entropy bonus, Adam, global-norm clipping).
+- `train.py`: collection, the training loop with TensorBoard summaries, tqdm and checkpoints that
+  resume; `train`, `train_family`, `train_command`.
+`rl/` meets `sim/` and `policy/` only through specs and plain arrays.
+"""
+
+import tfplaceto.policy  # noqa: F401,E402  (first: it silences gym's import notice before tf_agents loads it)
