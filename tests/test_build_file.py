@@ -63,3 +63,8 @@ def test_build_file_skips_generated_protos() -> None:
     generated = sorted((ROOT / "tfplaceto" / "protos").glob("*_pb2.py"))
     listed = [p.name for p in generated if f'"{p.relative_to(ROOT).as_posix()}"' in text]
     assert not listed, f"BUILD lists generated modules {listed}; py_proto_library makes them"
+
+
+def test_build_targets_have_no_dependency_cycles():
+    # Bazel refuses cyclic deps; data flows one way through the stages.
+    assert gen_build.dependency_cycles(ROOT) == []
