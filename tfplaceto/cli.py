@@ -143,15 +143,12 @@ def _cmd_place(args) -> int:
 
 
 def _print_table(result) -> None:
-    rows = sorted(result.baselines.items(), key=lambda kv: kv[1])
+    rows = sorted((result.evaluated or result.baselines).items(), key=lambda kv: kv[1])
     width = max([len(m) for m, _ in rows] + [len(result.method_used), 6])
     print(f"{'method':<{width}}  step time (ms)  x lower bound")
     for method, step in rows:
         mark = "  <- chosen" if method == result.method_used else ""
         print(f"{method:<{width}}  {step * 1e3:14.3f}  {step / result.lower_bound_s:13.2f}{mark}")
-    if result.method_used not in result.baselines:
-        print(f"{result.method_used:<{width}}  {result.step_time_s * 1e3:14.3f}  "
-              f"{result.step_time_s / result.lower_bound_s:13.2f}  <- chosen")
     print(f"lower bound {result.lower_bound_s * 1e3:.3f} ms; {result.placement.notes}; "
           f"{'OUT OF MEMORY; ' if result.oom else ''}placed in {result.placement_time_s:.1f} s")
 

@@ -136,6 +136,8 @@ class OptimizeResult:
     op_graph: OpGraph | None = None
     cluster: Cluster | None = None
     costs: CostProfile | None = None
+    # Every method evaluated (the baselines and the requested method): method -> step time.
+    evaluated: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
@@ -144,7 +146,7 @@ class OptimizeResult:
         return simulate(self.op_graph, self.placement, self.cluster, self.costs)
 
     def summary(self) -> dict:
-        return {"method_used": self.method_used, "step_time_s": self.step_time_s,
+        return {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
                 "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                 "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
                 "devices": sorted(set(self.placement.values()))}
@@ -188,4 +190,5 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     placed = apply_placement(base, placement)
     return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
                           {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
-                          time.perf_counter() - start, op_graph, cluster, costs)
+                          time.perf_counter() - start, op_graph, cluster, costs,
+                          {m: r[1] for m, r in results.items()})
