@@ -35,16 +35,8 @@ TARGET_S = 10.0
 
 def _import_inception(batch_size: int):
     """(op_graph, how it was built)."""
-    import tensorflow as tf
-
     from tfplaceto.graph import import_graph
 
-    try:
-        from tfplaceto.graph import builtin  # noqa: F401
-    except ImportError:
-        model = tf.keras.applications.InceptionV3(weights=None)
-        model.compile(optimizer=tf.keras.optimizers.SGD(), loss="sparse_categorical_crossentropy")
-        return import_graph(model, batch_size=batch_size), "keras InceptionV3 + SGD"
     return import_graph("builtin:inception_v3", batch_size=batch_size), "builtin:inception_v3"
 
 

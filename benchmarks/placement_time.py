@@ -40,23 +40,6 @@ from tfplaceto.problem import Problem, make_problem  # noqa: E402
 TARGET_S = 30.0
 
 
-def import_inception(source: str):
-    """The op graph of the training step: the built-in model, else a Keras InceptionV3."""
-    try:
-        return tfplaceto.import_graph(source), source
-    except Exception as error:  # the built-in registry is written in parallel: fall back
-        if source != "builtin:inception_v3":
-            raise
-        print(f"(builtin:inception_v3 unavailable: {type(error).__name__}: {error}; using "
-              "tf.keras.applications.InceptionV3)")
-    import tensorflow as tf
-
-    model = tf.keras.applications.InceptionV3(weights=None)
-    model.compile(optimizer=tf.keras.optimizers.SGD(),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy())
-    return tfplaceto.import_graph(model, batch_size=32), "keras InceptionV3"
-
-
 def bench(problem: Problem, methods: list[str], lower_bound: float, budget_s: float) -> list[tuple]:
     """(method, wall s, cpu s, step s, ratio, oom, note) for each method."""
     simulator = problem.simulator()
@@ -102,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
 
     began = time.perf_counter()
-    op_graph, label = import_inception(args.graph)
+    op_graph, label = tfplaceto.import_graph(args.graph), args.graph
     cluster = Cluster.preset(args.cluster)
     costs = tfplaceto.profile(op_graph, cluster)
     bound = tfplaceto.lower_bound(op_graph, cluster, costs)

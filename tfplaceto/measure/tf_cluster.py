@@ -44,10 +44,14 @@ class TFTarget:
 
     target: str = ""
     description: str = ""
+    _devices: tuple[str, ...] | None = None
 
     @property
     def devices(self) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The full names of the devices a Session on this target sees (asked once)."""
+        if self._devices is None:
+            self._devices = list_devices(self.target, self.session_config())
+        return self._devices
 
     def session_config(self):
         """A ConfigProto for a measuring Session on this target: soft placement off."""
@@ -79,12 +83,6 @@ class LocalTarget(TFTarget):
         config = super().session_config()
         config.device_count["CPU"] = self.cpus
         return config
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        if self._devices is None:
-            self._devices = list_devices(self.target, self.session_config())
-        return self._devices
 
     def cluster(self, links: Sequence[Link] = ()) -> Cluster:
         base = Cluster.local(cpus=self.cpus) if not _has_gpus() else None
@@ -124,12 +122,6 @@ class _GrpcTarget(TFTarget):
         config.isolate_session_state = True
         config.operation_timeout_in_ms = int(self.timeout_s * 1000)
         return config
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        if self._devices is None:
-            self._devices = list_devices(self.target, self.session_config())
-        return self._devices
 
 
 class RemoteTFCluster(_GrpcTarget):
