@@ -1,5 +1,6 @@
 """The command line: placing a graph file, and one clear line + exit 2 for every kind of bad input."""
 
+import json
 import os
 import subprocess
 import sys
@@ -99,3 +100,17 @@ def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys):
     assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),
                  "--episodes", "1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_simulate_and_place_write_trace_and_gantt(graph_file, tmp_path, capsys):
+    placement, trace, gantt = tmp_path / "p.pb", tmp_path / "t.json", tmp_path / "g.png"
+    assert main(_place_args(graph_file, tmp_path / "out.pb", "--placement-out", str(placement),
+                            "--trace", str(trace), "--gantt", str(gantt))) == 0
+    assert trace.stat().st_size > 0 and gantt.read_bytes()[:4] == b"\x89PNG"
+    trace2, gantt2 = tmp_path / "t2.json", tmp_path / "g2.png"
+    assert main(["simulate", graph_file, "--cluster", "2xV100", "--placement", str(placement), "--batch-size", "8",
+                 "--fetch", "train", "--trace", str(trace2), "--gantt", str(gantt2)]) == 0
+    assert "step time" in capsys.readouterr().out
+    events = json.loads(trace2.read_text())
+    assert events, "a Chrome trace with events"
+    assert gantt2.read_bytes()[:4] == b"\x89PNG"
