@@ -70,9 +70,12 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     if method == "auto":
-        return _best_of(problem, op_graph, COMPARED_BASELINES, seed)[0]
-    device_of = problem.expand(place_problem(problem, method, seed, budget_s))
-    return Placement.from_indices(op_graph, cluster, device_of, method, _notes(problem))
+        results = _evaluate(problem, _compared(), seed, _op_simulator(op_graph, cluster, costs))
+        method = _best(results)
+        device_of = results[method][2]
+    else:
+        device_of = place_problem(problem, method, seed, budget_s)
+    return Placement.from_indices(op_graph, cluster, problem.expand(device_of), method, _notes(problem))
 
 
 def _notes(problem: Problem) -> str:
@@ -81,22 +84,25 @@ def _notes(problem: Problem) -> str:
     return f"placed on {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops} ops"
 
 
-def _op_simulator(problem: Problem, op_graph: OpGraph, costs: CostProfile):
+def _compared() -> list[str]:
+    """The fast baselines optimize compares against that this installation has."""
+    return [m for m in COMPARED_BASELINES if m in baselines.available()]
+
+
+def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
     """The simulator that scores candidates: op level, so reported figures match `simulate`."""
     from tfplaceto.sim import Simulator
 
-    return Simulator(op_graph, problem.cluster, costs.per_device(op_graph, problem.cluster))
+    return Simulator(op_graph, cluster, costs.per_device(op_graph, cluster))
 
 
-def _evaluate(problem: Problem, methods: Sequence[str], seed: int, budget_s: float | None = None,
-              simulator=None) -> dict[str, tuple[bool, float, np.ndarray]]:
-    """method -> (oom, simulated step time, node device indices) for each available method.
+def _evaluate(problem: Problem, methods: Sequence[str], seed: int, simulator,
+              budget_s: float | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
+    """method -> (oom, simulated step time, node device indices) for each method.
 
-    Placers work on the problem (groups); each answer is scored by `simulator` on the expanded
-    op placement when given, else on the problem itself.
+    Placers work on the problem (groups); each answer is scored by the op-level `simulator` on
+    the expanded placement. A method that runs out of room is skipped, unless all do.
     """
-    expand = problem.expand if simulator is not None else (lambda device_of: device_of)
-    simulator = simulator or problem.simulator()
     results, failures = {}, []
     for method in methods:
         try:
@@ -104,21 +110,16 @@ def _evaluate(problem: Problem, methods: Sequence[str], seed: int, budget_s: flo
         except errors.UnplaceableError as e:  # a greedy placer ran out of room: others may not
             failures.append(e)
             continue
-        step_time, _, oom = simulator.run(expand(device_of))
+        step_time, _, oom = simulator.run(problem.expand(device_of))
         results[method] = (bool(oom), float(step_time), device_of)
     if not results and failures:
         raise failures[0]
     return results
 
 
-def _best_of(problem: Problem, op_graph: OpGraph, methods: Sequence[str], seed: int):
-    """(placement, step_time, {method: step_time}) of the best available method."""
-    results = _evaluate(problem, [m for m in methods if m in baselines.available()], seed)
-    method = min(results, key=lambda m: results[m][:2])
-    oom, step_time, device_of = results[method]
-    placement = Placement.from_indices(op_graph, problem.cluster, problem.expand(device_of), method,
-                                       _notes(problem))
-    return placement, step_time, {m: r[1] for m, r in results.items()}
+def _best(results: dict[str, tuple[bool, float, np.ndarray]]) -> str:
+    """The method whose placement fits and is fastest (a fitting one before any OOM)."""
+    return min(results, key=lambda m: results[m][:2])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,12 +177,12 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
-    compared = [m for m in COMPARED_BASELINES if m in baselines.available()]
-    scorer = _op_simulator(problem, op_graph, costs)
-    results = _evaluate(problem, compared, seed, simulator=scorer)
+    compared = _compared()
+    simulator = _op_simulator(op_graph, cluster, costs)
+    results = _evaluate(problem, compared, seed, simulator)
     if method not in results and method != "auto":
-        results.update(_evaluate(problem, [method], seed, budget_s, simulator=scorer))
-    chosen = min(results, key=lambda m: results[m][:2])
+        results.update(_evaluate(problem, [method], seed, simulator, budget_s))
+    chosen = _best(results)
     oom, step_time, device_of = results[chosen]
     placement = Placement.from_indices(op_graph, cluster, problem.expand(device_of), chosen, _notes(problem))
     import tensorflow as tf
