@@ -222,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except errors.TfplacetoError as e:
-        # One line: gin and TensorFlow append context lines to messages raised inside them.
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"tfplaceto: error: {first_line}", file=sys.stderr)
+        print(f"tfplaceto: error: {errors.first_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tfplaceto: interrupted", file=sys.stderr)

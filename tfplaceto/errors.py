@@ -13,6 +13,14 @@ one type and print one line. Messages say what was wrong and what to do about it
 """
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (or its type name): TensorFlow and gin append
+    context lines, and tfplaceto reports one line. TensorFlow's OpError carries its own text in
+    `.message`."""
+    text = str(getattr(error, "message", "") or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class TfplacetoError(Exception):
     """Base class of every error tfplaceto raises on bad input."""
 

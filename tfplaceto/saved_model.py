@@ -78,9 +78,8 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
       InvalidGraphError: src_dir is missing or not a loadable SavedModel, has no signatures, or a
         requested signature is missing.
       InvalidClusterError, InvalidMethodError: a bad cluster or method.
-      TfplacetoError: dst_dir exists and is not empty, or lies inside src_dir (or src in dst).
+      OutputExistsError: dst_dir exists and is not empty, or lies inside src_dir (or src in dst).
     """
-    import tensorflow as tf
 
     from tfplaceto.graph import sources
     from tfplaceto.place import optimize
@@ -94,13 +93,7 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
     dst_dir = _check_destination(dst_dir, src_dir)
     saved_model = _read_saved_model(os.path.join(src_dir, proto_file))
     meta_graph = _only_meta_graph(saved_model, src_dir)
-    try:
-        loaded = tf.saved_model.load(src_dir)
-    except Exception as error:  # SavedModel loading raises many unrelated types
-        raise errors.InvalidGraphError(
-            f"cannot load the SavedModel in {src_dir!r} ({type(error).__name__}: "
-            f"{_first_line(error)}); check it was written by tf.saved_model.save and that any "
-            "custom op library is loaded") from None
+    loaded = sources.load_saved_model(src_dir)
     keys = _signature_keys(loaded, signature_keys, src_dir)
 
     results: dict[str, OptimizeResult] = {}
@@ -386,9 +379,6 @@ def _set_default_mode(path: str) -> None:
     os.chmod(path, 0o777 & ~umask)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 __all__ = ["DEFAULT_BATCH_SIZE", "rewrite"]

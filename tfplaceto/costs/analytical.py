@@ -200,7 +200,7 @@ def _grappler_item(graph_def, fetches):
         return gitem.Item(_metagraph(costing, fetches), ignore_colocation=True)
     except (tf.errors.OpError, ValueError, RuntimeError) as e:
         raise errors.CostProfileError(
-            f"grappler cannot read the graph: {_first_line(e)}; measure it instead "
+            f"grappler cannot read the graph: {errors.first_line(e)}; measure it instead "
             "(source='measured') or load a saved profile") from None
 
 
@@ -353,7 +353,7 @@ def _grappler_op_costs(item, device: Device) -> dict[str, float]:
             virtual.Shutdown()
     except (tf.errors.OpError, ValueError, RuntimeError) as e:
         raise errors.CostProfileError(
-            f"grappler's cost model cannot model the graph on {device.kind}: {_first_line(e)}; "
+            f"grappler's cost model cannot model the graph on {device.kind}: {errors.first_line(e)}; "
             "measure it instead (source='measured') or load a saved profile") from None
     costs: dict[str, float] = {}
     for perf in op_perfs:
@@ -363,9 +363,6 @@ def _grappler_op_costs(item, device: Device) -> dict[str, float]:
     return costs
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _costing_graph_def(graph_def):

@@ -33,7 +33,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, session_config
-from tfplaceto.costs.analytical import _first_line, _graph_def_of
+from tfplaceto.costs.analytical import _graph_def_of
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
 from tfplaceto.graph.sources import initialize_all_variables
@@ -102,7 +102,7 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
                             seen[i] = True
         except tf.errors.OpError as e:
             raise errors.CostProfileError(
-                f"the graph failed to run on {targets[kind]} ({kind}): {_first_line(e)}; check "
+                f"the graph failed to run on {targets[kind]} ({kind}): {errors.first_line(e)}; check "
                 "that it runs in a plain tf.compat.v1.Session, or use source='analytical'") from None
         compute[:, k] = np.median(samples, axis=0)
         untraced |= ~seen

@@ -78,8 +78,7 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
         with graph.as_default():
             tf.compat.v1.import_graph_def(pruned, name="")
     except (ValueError, TypeError, tf.errors.OpError) as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {first_line}") from None
+        raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {errors.first_line(e)}") from None
     return _build(graph, pruned, fetch_ops, variable_values)
 
 

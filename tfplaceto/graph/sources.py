@@ -260,7 +260,7 @@ def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
     except Exception as error:  # grappler raises assorted internal error types
         raise errors.InvalidGraphError(
             f"could not inline the graph's function calls ({type(error).__name__}: "
-            f"{_first_line(error)}); check that the graph runs in TensorFlow "
+            f"{errors.first_line(error)}); check that the graph runs in TensorFlow "
             f"{tf.__version__} and that every custom op library is loaded") from None
 
     remaining_functions = {function.signature.name for function in optimized.library.function}
@@ -460,7 +460,7 @@ def _read_resource_variable(handle, name: str) -> tuple[tf.DType, tf.TensorShape
             value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype).numpy()
     except (tf.errors.OpError, ValueError, TypeError) as error:
         raise errors.InvalidGraphError(
-            f"cannot read the captured variable {name!r} ({_first_line(error)}); initialize the "
+            f"cannot read the captured variable {name!r} ({errors.first_line(error)}); initialize the "
             "variables (or restore the checkpoint) before importing") from None
     return dtype, shape, value
 
@@ -487,7 +487,7 @@ def _const_node_def(name: str, value, label: str) -> node_def_pb2.NodeDef:
     except (TypeError, ValueError, tf.errors.OpError) as error:
         raise errors.InvalidGraphError(
             f"the function captures {label!r}, which is not an eager tensor "
-            f"({_first_line(error)}); trace the function outside any other tf.function") from None
+            f"({errors.first_line(error)}); trace the function outside any other tf.function") from None
     with tf.Graph().as_default() as scratch:
         tf.constant(array, dtype=value.dtype, name="const")
     node = node_def_pb2.NodeDef()
@@ -517,17 +517,21 @@ def _function_description(function) -> str:
     return f"ConcreteFunction {name}"
 
 
-def _from_saved_model_dir(path: str, requested: tuple[str, ...], signature_key: str | None,
-                          lower_control_flow: bool) -> LoadedGraph:
+def load_saved_model(path: str):
+    """`tf.saved_model.load(path)`, with InvalidGraphError for a SavedModel that cannot load."""
     try:
-        loaded = tf.saved_model.load(path)
+        return tf.saved_model.load(path)
     except Exception as error:  # SavedModel loading raises many unrelated types
         raise errors.InvalidGraphError(
             f"cannot load the SavedModel in {path!r} ({type(error).__name__}: "
-            f"{_first_line(error)}); check it was written by tf.saved_model.save and that any "
+            f"{errors.first_line(error)}); check it was written by tf.saved_model.save and that any "
             "custom op library is loaded") from None
-    return _from_loaded_saved_model(loaded, requested, signature_key, f"SavedModel {path}",
-                                    lower_control_flow)
+
+
+def _from_saved_model_dir(path: str, requested: tuple[str, ...], signature_key: str | None,
+                          lower_control_flow: bool) -> LoadedGraph:
+    return _from_loaded_saved_model(load_saved_model(path), requested, signature_key,
+                                    f"SavedModel {path}", lower_control_flow)
 
 
 def _from_loaded_saved_model(loaded, requested: tuple[str, ...], signature_key: str | None,
@@ -723,7 +727,7 @@ def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | No
         raise
     except (KeyError, ValueError) as error:
         raise errors.InvalidGraphError(
-            f"unknown built-in graph {name!r} ({_first_line(error)}); run `tfplaceto models` to "
+            f"unknown built-in graph {name!r} ({errors.first_line(error)}); run `tfplaceto models` to "
             "list them") from None
     if isinstance(source, str) and source.startswith(_BUILTIN_PREFIX):
         raise errors.InvalidGraphError(f"built-in graph {name!r} refers to another built-in")
@@ -896,6 +900,3 @@ def _unique(base: str, used: set[str]) -> str:
     return f"{base}_{index}"
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -156,8 +156,8 @@ def map_run_error(error, where: str) -> errors.TfplacetoError:
     """The typed error for a TensorFlow runtime error raised while running on `where`."""
     import tensorflow as tf
 
-    text = str(getattr(error, "message", "") or error).strip()
-    first = text.splitlines()[0] if text else type(error).__name__
+    text = str(getattr(error, "message", "") or error)
+    first = errors.first_line(error)
     if isinstance(error, tf.errors.InvalidArgumentError) and "Cannot assign a device" in text:
         return errors.UnplaceableError(
             f"an op cannot run where it was placed on {where}: {first}; place it on a device "

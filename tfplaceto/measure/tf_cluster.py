@@ -385,14 +385,9 @@ def list_devices(target: str, config) -> tuple[str, ...]:
             found = session.list_devices()
     except tf.errors.OpError as e:
         raise errors.InvalidClusterError(
-            f"cannot reach {target or 'the local runtime'}: {_first_line(e)}; is the server "
+            f"cannot reach {target or 'the local runtime'}: {errors.first_line(e)}; is the server "
             "running and its address right?") from None
     return tuple(d.name for d in found if d.device_type in ("CPU", "GPU"))
-
-
-def _first_line(error: Exception) -> str:
-    text = str(getattr(error, "message", "") or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def as_target(target=None, min_cpus: int = 1) -> TFTarget:
