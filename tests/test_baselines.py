@@ -323,15 +323,25 @@ def test_local_search_is_never_worse_than_its_start(problem):
     assert local_search._score(simulator.run(result), inst.memory) <= best_start
 
 
+@settings(max_examples=8, derandomize=True, deadline=None)
+@given(random_problems())
+def test_local_search_batches_walk_as_one_move_at_a_time(problem):
+    start = place("round_robin", problem)
+    batched = local_search.climb(problem, start, np.random.default_rng(1), float("inf"))
+    saved = local_search.FIRST_BATCH, local_search.BATCH
+    try:
+        local_search.FIRST_BATCH = local_search.BATCH = 1
+        single = local_search.climb(problem, start, np.random.default_rng(1), float("inf"))
+    finally:
+        local_search.FIRST_BATCH, local_search.BATCH = saved
+    assert batched.tolist() == single.tolist()
+
+
 def test_local_search_improves_a_bad_start():
     problem = two_chains()
-    inst = _common.prepare(problem)
     start = np.array([0, 0, 0, 0, 1, 1, 1, 0], np.int32)  # the last node of chain b misplaced
-    simulator = problem.simulator()
-    score = local_search._score(simulator.run(start), inst.memory)
-    result = local_search.climb(problem, inst, start, score, np.random.default_rng(0),
-                                deadline=float("inf"))
-    assert simulator.run(result)[0] == pytest.approx(4 * MS)
+    result = local_search.climb(problem, start, np.random.default_rng(0), deadline=float("inf"))
+    assert problem.simulator().run(result)[0] == pytest.approx(4 * MS)
 
 
 def test_m_etf_places_a_large_random_dag_quickly():

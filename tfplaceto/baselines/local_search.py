@@ -1,7 +1,7 @@
 """Local search: greedy hill climbing on the simulator, from the best of the other baselines.
 
-Start: the placements of single, m-TOPO, METIS, HEFT and m-ETF (cheapest first; those that
-raise UnplaceableError are skipped, and so are the rest once half the budget is spent), each
+Start: the placements of every other fast baseline (`COMPARED_BASELINES`, cheapest first; those
+that raise UnplaceableError are skipped, and so are the rest once half the budget is spent), each
 simulated; the best (no OOM first, then least overflow, then step time) is the start. Moves: one
 tie class (a colocation class, or a single node) to another device it is allowed on. Visit order:
 a seeded random permutation of all (class, device) moves; the first move that improves is taken
@@ -11,7 +11,9 @@ from the call, start placements included). Only strict improvements are accepted
 is never worse than the start.
 
 Moves are simulated in batches (`Simulator.run_batch`), in visit order, keeping the first
-improving one: the same walk as one-at-a-time evaluation, at a fraction of the call overhead.
+improving one: the same walk as one-at-a-time evaluation, at a fraction of the call overhead. The
+batch starts small after an accepted move (improvements tend to come in runs, and the rest of a
+batch after the first improving move is wasted) and doubles up to BATCH while none improves.
 Deterministic given the seed as long as the search converges within the budget (the budget is
 wall-clock time, so a search it cuts short, or a start it skips, may differ on a slower machine).
 """
@@ -27,9 +29,11 @@ from tfplaceto.baselines import _common
 from tfplaceto.problem import Problem
 
 DEFAULT_BUDGET_S = 10.0
-# Cheapest first: later ones are skipped once half the budget is spent.
-START_METHODS = ("single", "m_topo", "metis", "heft", "m_etf")
+# The fast baselines (COMPARED_BASELINES), cheapest first: later ones are skipped once half the
+# budget is spent.
+START_METHODS = ("single", "round_robin", "expert", "m_topo", "metis", "heft", "m_etf", "m_sct")
 BATCH = 64
+FIRST_BATCH = 4
 # A move must shorten the step by more than this fraction: float noise does not count.
 MIN_GAIN = 1e-9
 
@@ -54,7 +58,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
         score = _score(simulator.run(candidate), inst.memory)
         if best is None or score < best_score:
             best, best_score = candidate, score
-    return climb(problem, inst, best, best_score, np.random.default_rng(seed), deadline)
+    return climb(problem, best, np.random.default_rng(seed), deadline, inst)
 
 
 def _score(run: tuple, memory: np.ndarray) -> tuple[bool, float, float]:
@@ -69,12 +73,17 @@ def _better(score: tuple, than: tuple) -> bool:
     return score[2] < than[2] * (1 - MIN_GAIN)
 
 
-def climb(problem: Problem, inst: _common.Instance, start: np.ndarray, start_score: tuple,
-          rng: np.random.Generator, deadline: float) -> np.ndarray:
-    """First-improvement hill climbing over single-class moves from `start` until the deadline."""
+def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadline: float,
+          inst: _common.Instance | None = None) -> np.ndarray:
+    """First-improvement hill climbing over single-class moves from `start` until a local optimum
+    or `deadline` (a time.perf_counter() value); never worse than `start`.
+
+    `inst` is `_common.prepare(problem)`, computed here when not given.
+    """
+    inst = inst or _common.prepare(problem)
     simulator = problem.simulator()
     current = np.asarray(start, np.int32).copy()
-    score = start_score
+    score = _score(simulator.run(current), inst.memory)
     first = inst.class_members[inst.class_ptr[:-1]]
     moves = np.argwhere(inst.allowed[first])  # (class, device) for every allowed device
     improved = True
@@ -82,13 +91,13 @@ def climb(problem: Problem, inst: _common.Instance, start: np.ndarray, start_sco
         improved = False
         order = moves[rng.permutation(len(moves))]
         order = order[order[:, 1] != current[first[order[:, 0]]]]  # drop moves to where it is
-        k = 0
+        k, size = 0, FIRST_BATCH
         while k < len(order) and time.perf_counter() < deadline:
-            chunk = order[k:k + BATCH]
+            chunk = order[k:k + size]
             # A move may have become a no-op after an earlier accepted move: skip those.
             chunk = chunk[chunk[:, 1] != current[first[chunk[:, 0]]]]
             if len(chunk) == 0:
-                k += BATCH
+                k += size
                 continue
             batch = np.repeat(current[None, :], len(chunk), axis=0)
             for row, (cls, device) in enumerate(chunk):
@@ -101,10 +110,12 @@ def climb(problem: Problem, inst: _common.Instance, start: np.ndarray, start_sco
                     accepted, score = row, candidate
                     break
             if accepted < 0:
-                k += BATCH
+                k += size
+                size = min(2 * size, BATCH)
                 continue
             current = batch[accepted].copy()
             improved = True
             # Continue the walk right after the accepted move.
-            k += int(np.flatnonzero((order[k:k + BATCH] == chunk[accepted]).all(1))[0]) + 1
+            k += int(np.flatnonzero((order[k:k + size] == chunk[accepted]).all(1))[0]) + 1
+            size = FIRST_BATCH
     return current

@@ -3,22 +3,27 @@
   PRETRAINED_DIR       the policy shipped in the package (`pretrained/`: policy.json + weights.*).
   save_policy          writes a network there (or anywhere): its config and a tf.train.Checkpoint.
   load_policy          reads one back (None when there is none or it does not fit this code).
-  search               greedy and sampled policy episodes from start placements: the best found.
+  improve              iterated local search with the policy as its perturbation: the best found.
+  random_window_moves  the same perturbation without a policy (ablations, tests).
   place                the placer `tfplaceto.place(..., method="placeto")` calls.
 
-How `place` works:
-1. Start placements: the best of the fast baselines (`tfplaceto.place.COMPARED_BASELINES` that are
-   installed, by simulated (OOM, step time)) and the single-device placement.
-2. From each start, greedy episodes of the policy (every colocation class re-placed once per
-   episode, with the simulator's lookahead as features); repeated from the best placement found
-   while an episode improves it; then a few episodes sampled from the policy (seeded) from the
-   best placement so far (`search`). Every placement the simulator evaluates is a candidate.
-3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem for the rest of
-   the budget (episodes start from the best placement so far and from the best baseline), then a
-   last greedy episode.
-The answer is the best placement simulated, so it is never worse than its starting placements.
-Without a budget the result is deterministic given `seed`; with one, how many updates fit depends
-on the machine.
+How `place` works (every placement the simulator evaluates is a candidate; the answer is the best,
+so it is never worse than its starting placements):
+1. Start: the best of the fast baselines (`COMPARED_BASELINES`, by simulated (OOM, step time)),
+   improved by hill climbing on the simulator (`local_search.climb`) to a local optimum.
+2. One greedy episode of the policy from there (every colocation class re-placed once, with the
+   simulator's lookahead as features), climbed again.
+3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem (episodes start
+   from the best placement so far and from the best baseline) for the budget minus the search.
+4. `improve` until the deadline (SEARCH_BUDGET_S without a budget: the default budget of
+   `local_search`, so the two compare at equal wall time) or until PATIENCE rounds in a row find
+   nothing better: each round samples ROLLOUTS short policy episodes (WINDOW consecutive classes
+   re-placed, from the best placement, at a random position), climbs from each episode's end, and
+   keeps the best. Hill climbing alone stops at the first local optimum; the policy's sampled
+   episodes are the moves that leave it (several classes moved together, where each move alone
+   would be worse): `benchmarks/ablation.py` compares them with random moves and untrained weights.
+Deterministic given `seed` when the search stops by patience; a search cut by the deadline
+depends on the machine's speed (like local_search's).
 
 The shipped policy was trained with (about 20 minutes on 2 CPU cores; resumable, rerun to resume):
 
@@ -38,9 +43,14 @@ import warnings
 
 import numpy as np
 
-from tfplaceto.baselines import starting_placements  # noqa: F401  (re-exported)
+from tfplaceto.baselines import local_search, starting_placements  # noqa: F401  (re-exported)
 from tfplaceto.policy.checkpoint import PRETRAINED_DIR, load_policy, save_policy  # noqa: F401
 from tfplaceto.problem import Problem
+
+SEARCH_BUDGET_S = local_search.DEFAULT_BUDGET_S
+WINDOW = 8  # classes re-placed by one perturbation episode (picked from 8, 16, 32, 96, all: RESULTS.md)
+ROLLOUTS = 4  # perturbation episodes per round (batched through the network)
+PATIENCE = 8  # rounds without improvement that end the search
 
 
 def _network(seed: int, policy_dir: str | None):
@@ -57,85 +67,114 @@ def _network(seed: int, policy_dir: str | None):
 
 
 # -- placing ---------------------------------------------------------------------------------------
-def search(problem: Problem, network, starts, seed: int = 0, max_passes: int = 3,
-           sampled_rounds: int = 2, batch: int = 4, deadline: float | None = None, best=None):
-    """The best placement the policy finds from `starts` (a `Best`).
+def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Generator,
+             deadline: float) -> None:
+    """Offers `placement` hill-climbed to a local optimum (or the deadline) to `best`."""
+    climbed = local_search.climb(problem, placement, rng, deadline)
+    step_time, _, oom = problem.simulator().run(climbed)
+    best.offer(step_time, oom, climbed)
 
-    First greedy episodes from each start, repeated from the best placement found while they
-    improve it; then `sampled_rounds` rounds of `batch` episodes sampled from the policy (seeded),
-    each starting from the best placement so far. Every simulated placement is a candidate.
+
+def improve(problem: Problem, network, best, seed: int = 0, deadline: float = float("inf"),
+            window: int | None = WINDOW, rollouts: int = ROLLOUTS, patience: int = PATIENCE,
+            perturb=None):
+    """Iterated local search from `best.placement` (a `Best`, updated and returned).
+
+    Each round: `rollouts` episodes sampled from the policy (seeded), each re-placing `window`
+    consecutive classes from the best placement; each episode's final placement is hill-climbed;
+    the best placement seen is kept. Ends at `deadline` or after `patience` rounds in a row without
+    improvement. `perturb` (rng, placement) -> placement replaces the policy's episodes (for
+    ablations: random moves of the same size).
     """
-    from tfplaceto.rl.environment import Best, PlacementEnvironment
+    from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
 
-    best = best or Best()
-    current = np.asarray(starts[0], np.int32)
-    envs = [PlacementEnvironment(problem, initial=lambda p, rng: current, seed=seed + k)
-            for k in range(batch)]
-    logits_fn = make_logits_fn(network, envs[0].observation_spec())
-
-    def expired() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
-
-    for start in starts:
-        current = np.asarray(start, np.int32)
-        for _ in range(max_passes):
-            if expired():
-                break
-            before = (envs[0].best.oom, envs[0].best.step_time_s)
-            rollout(envs[:1], logits_fn, None)
-            current = envs[0].best.placement
-            if (envs[0].best.oom, envs[0].best.step_time_s) >= before:
-                break
     rng = np.random.default_rng(seed)
-    for _ in range(sampled_rounds):
-        if expired():
-            break
-        current = min((env.best for env in envs if env.best.placement is not None),
-                      key=lambda b: (b.oom, b.step_time_s)).placement
-        rollout(envs, logits_fn, rng)
-    for env in envs:
-        if env.best.placement is not None:
-            best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
+    envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
+                                 window=window) for k in range(rollouts)]
+    logits_fn = make_logits_fn(network, envs[0].observation_spec()) if perturb is None else None
+    idle = 0
+    while idle < patience and time.perf_counter() < deadline:
+        before = (best.oom, best.step_time_s)
+        if perturb is None:
+            rollout(envs, logits_fn, rng)
+            ends = [env.placement for env in envs]
+            for env in envs:
+                best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
+        else:
+            ends = [perturb(rng, best.placement) for _ in range(rollouts)]
+        for end in ends:
+            if time.perf_counter() >= deadline:
+                break
+            _climbed(problem, end, best, rng, deadline)
+        idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
     return best
 
 
+def random_window_moves(problem: Problem, window: int):
+    """(rng, placement) -> placement with `window` consecutive classes (the policy's step order)
+    moved to random allowed devices: the policy's perturbation without the policy."""
+    from tfplaceto.policy import features
+
+    statics = features.graph_statics(problem)
+    allowed = [np.flatnonzero(problem.allowed[node]) for node in statics.steps]
+
+    def perturb(rng: np.random.Generator, placement: np.ndarray) -> np.ndarray:
+        moved = placement.copy()
+        begin = int(rng.integers(max(statics.num_steps - window, 0) + 1))
+        for step in range(begin, min(begin + window, statics.num_steps)):
+            moved[statics.members[step]] = rng.choice(allowed[step])
+        return moved
+
+    return perturb
+
+
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
-          policy_dir: str | None = None) -> np.ndarray:
+          policy_dir: str | None = None, perturb=None) -> np.ndarray:
     """The device index of every node of `problem` (module docstring).
 
     Args:
       problem: the Problem to place.
-      seed: seeds fresh weights (if no policy is installed) and fine-tuning.
-      budget_s: wall seconds for fine-tuning on this problem (None or 0: zero-shot).
+      seed: seeds fresh weights (if no policy is installed), the search and fine-tuning.
+      budget_s: wall seconds in all (None or 0: zero-shot, searching for at most
+        SEARCH_BUDGET_S); above that, the time beyond SEARCH_BUDGET_S fine-tunes the policy.
       policy_dir: a saved policy to use instead of the shipped one.
+      perturb: for ablations, (rng, placement) -> placement: `improve` uses these moves instead of
+        the policy's episodes, and the greedy policy episode (step 2) is skipped: no policy at all.
     """
-    from tfplaceto.rl.environment import Best
+    from tfplaceto.rl.environment import Best, PlacementEnvironment
+    from tfplaceto.rl.train import make_logits_fn, rollout
 
-    start_time = time.perf_counter()
-    deadline = start_time + budget_s if budget_s else None
+    began = time.perf_counter()
+    deadline = began + max(budget_s or 0.0, SEARCH_BUDGET_S)
     network = _network(seed, policy_dir)
+    rng = np.random.default_rng(seed)
     starts = starting_placements(problem, seed)
     best = Best()
     simulator = problem.simulator()
     for placement in starts.values():
         step_time, _, oom = simulator.run(placement)
         best.offer(step_time, oom, placement)
-    best = search(problem, network, list(starts.values()), seed=seed, deadline=deadline, best=best)
-    if deadline is not None:
-        remaining = deadline - time.perf_counter()
-        if remaining > 1.0:
-            from tfplaceto.rl.train import train
+    baseline = best.placement
+    _climbed(problem, baseline, best, rng, deadline)
 
-            baseline = next(iter(starts.values()))
-            result = train(problem, episodes=10**9, seed=seed, budget_s=0.85 * remaining,
-                           initial=(lambda p, rng: best.placement, lambda p, rng: baseline),
-                           network=network, progress=False)
-            found = result.best[0]
-            if found.placement is not None:
-                best.offer(found.step_time_s, found.oom, found.placement)
-            best = search(problem, network, [best.placement], seed=seed, max_passes=1,
-                          sampled_rounds=0, deadline=deadline, best=best)
+    if perturb is None:
+        env = PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed)
+        rollout([env], make_logits_fn(network, env.observation_spec()), None)
+        best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
+        _climbed(problem, env.placement, best, rng, deadline)
+
+    tuning_s = deadline - SEARCH_BUDGET_S - time.perf_counter()
+    if budget_s and tuning_s > 1.0:
+        from tfplaceto.rl.train import train
+
+        result = train(problem, episodes=10**9, seed=seed, budget_s=tuning_s,
+                       initial=(lambda p, r: best.placement, lambda p, r: baseline),
+                       network=network, progress=False)
+        found = result.best[0]
+        if found.placement is not None:
+            best.offer(found.step_time_s, found.oom, found.placement)
+    best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb)
     return problem.tie(best.placement)
 
 

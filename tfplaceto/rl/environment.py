@@ -9,7 +9,10 @@ One episode improves one placement of one graph, one colocation class at a time:
   colocation tie moves with it: every member of the class goes to the device); the simulator
   re-evaluates and the reward is r_t = (C_{t-1} - C_t) / C_0.
 - the episode visits every class once, in topological order (`order="topological"`) or in a
-  random order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0.
+  random order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0. With `window=k` it visits only
+  k consecutive classes of that order, from a random position: a cheap episode that re-places one
+  region of the graph (the placer's perturbation moves); the sum of rewards is still the episode's
+  improvement.
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory: an OOM placement is always worse than
 the same step time without OOM, and less overflow is better.
@@ -72,7 +75,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       initial: initial placement: "random", "single", a baseline method name, "best", an int array
         (one problem only), a callable (problem, rng) -> array, or a tuple of these (sampled).
       order: "topological" or "random" order of the classes in an episode.
-      seed: seeds problem sampling, random initial placements and random orders.
+      window: visit only this many consecutive classes of the order per episode (None: all).
+      seed: seeds problem sampling, random initial placements, random orders and windows.
       oom_penalty: see the module docstring.
       lookahead: simulate every allowed device for the current class (device features).
       dims: padded observation sizes (default: the smallest that fit `problems`); environments
@@ -81,7 +85,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def __init__(self, problems: Problem | Sequence[Problem], initial: Initial | tuple = "random",
                  order: str = "topological", seed: int = 0, oom_penalty: float = 1.0,
-                 lookahead: bool = True, dims: F.Dims | None = None):
+                 lookahead: bool = True, dims: F.Dims | None = None, window: int | None = None):
         super().__init__()
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -92,6 +96,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         self._dims = dims or F.dims_for(self._statics, [p.num_devices for p in self._problems])
         self._initial = initial if isinstance(initial, tuple) else (initial,)
         self._order_kind = order
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self._window = window
         self._rng = np.random.default_rng(seed)
         self._oom_penalty = oom_penalty
         self._lookahead = lookahead
@@ -224,6 +231,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         self._order = np.arange(statics.num_steps)
         if self._order_kind == "random":
             self._order = self._rng.permutation(statics.num_steps)
+        if self._window is not None and self._window < statics.num_steps:
+            begin = int(self._rng.integers(statics.num_steps - self._window + 1))
+            self._order = self._order[begin:begin + self._window]
         self._visited = np.zeros(statics.num_nodes, np.float32)
         self._t = 0
         return ts.restart(self._observe())
