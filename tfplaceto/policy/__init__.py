@@ -6,7 +6,8 @@
   ancestor / descendant / parallel pooling, a per-device scorer; one set of weights for any device
   count.
 - `placer.py`: `place(problem, seed, budget_s)`, the `method="placeto"` entry point: the shipped
-  policy (`pretrained/`), greedy episodes from the best baselines, optional fine-tuning.
+  policy (`pretrained/`), hill climbing from the best baseline, a greedy policy episode, optional
+  fine-tuning, then iterated local search with sampled policy episodes as its perturbations.
 Training (environment, agent, loop) lives in `tfplaceto.rl`.
 """
 
