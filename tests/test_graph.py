@@ -115,3 +115,11 @@ def test_fingerprint_is_stable_and_sensitive_to_batch():
     b = tp.import_graph(graph_def, fetches=["train"], batch_size=4)
     c = tp.import_graph(graph_def, fetches=["train"], batch_size=8)
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_joined_classes_number_classes_by_their_first_item():
+    from tfplaceto.graph.op_graph import joined_classes
+
+    assert joined_classes(5, [(3, 1), (4, 0)]).tolist() == [0, 1, 2, 1, 0]
+    assert joined_classes(6, [(5, 2), (2, 4), (1, 1)]).tolist() == [0, 1, 2, 3, 2, 2]
+    assert joined_classes(3, []).tolist() == [0, 1, 2]

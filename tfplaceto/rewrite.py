@@ -19,7 +19,8 @@ from collections.abc import Mapping
 
 from tfplaceto import errors
 from tfplaceto.cluster import canonical_device_name
-from tfplaceto.graph.from_graph_def import _UnionFind, parse_input
+from tfplaceto.graph.from_graph_def import parse_input
+from tfplaceto.graph.op_graph import joined_classes
 from tfplaceto.placement import Placement, as_placement
 
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
@@ -93,11 +94,11 @@ def _enforce_colocation(graph_def, nodes, chosen) -> None:
     """Every colocation class goes to the device of its first variable (or first member)."""
     names = [n.name for n in graph_def.node]
     index = {n: i for i, n in enumerate(names)}
-    classes = _UnionFind(len(names))
+    joined = []
     for i, node in enumerate(graph_def.node):
         for target in _colocation_targets(node):
             if target in index:
-                classes.union(i, index[target])
+                joined.append((i, index[target]))
     # Resource edges: a VarHandleOp's readers and updaters live with it.
     for i, node in enumerate(graph_def.node):
         for inp in node.input:
@@ -105,16 +106,16 @@ def _enforce_colocation(graph_def, nodes, chosen) -> None:
             if control or src not in nodes:
                 continue
             if nodes[src].op in ("VarHandleOp", "VariableV2") and node.op not in _CALL_OPS | {"While", "If"}:
-                classes.union(i, index[src])
+                joined.append((i, index[src]))
+    classes = joined_classes(len(names), joined)
     anchor: dict[int, str] = {}
     for i, node in enumerate(graph_def.node):
-        root = classes.find(i)
         if node.op in ("VarHandleOp", "VariableV2"):
-            anchor.setdefault(root, chosen[node.name])
+            anchor.setdefault(classes[i], chosen[node.name])
     for i, node in enumerate(graph_def.node):
-        anchor.setdefault(classes.find(i), chosen[node.name])
+        anchor.setdefault(classes[i], chosen[node.name])
     for i, node in enumerate(graph_def.node):
-        chosen[node.name] = anchor[classes.find(i)]
+        chosen[node.name] = anchor[classes[i]]
 
 
 def _place_function_library(graph_def, functions, device_of, chosen, default) -> None:

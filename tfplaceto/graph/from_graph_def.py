@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
+from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
 # Ops that take a resource input without TensorFlow colocating them with the resource.
 _RESOURCE_COLOCATION_EXEMPT = frozenset({
@@ -224,22 +224,6 @@ def _satisfies(node_def, constraint) -> bool:
     return True
 
 
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
     import tensorflow as tf
 
@@ -247,7 +231,7 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
     index = {op.name: i for i, op in enumerate(ops)}
     node_defs = {n.name: n for n in graph_def.node}
     n = len(ops)
-    colocation = _UnionFind(n)
+    colocated: list[tuple[int, int]] = []  # (op, op) pairs that must share a device
     kernel_cache: dict = {}
     kernels = np.zeros((n, len(DEVICE_TYPES)), bool)
     output_bytes = np.zeros(n, np.int64)
@@ -278,7 +262,7 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
         for value in node.attr["_class"].list.s if "_class" in node.attr else ():
             target = value.decode()
             if target.startswith("loc:@") and target[5:] in index:
-                colocation.union(i, index[target[5:]])
+                colocated.append((i, index[target[5:]]))
 
     for i, op in enumerate(ops):
         node = node_defs[op.name]
@@ -289,7 +273,7 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
                 continue  # TF1 while loop back edge: ordering within an iteration only
             if (t.dtype.base_dtype == tf.resource or t.dtype._is_ref_dtype) and \
                     node.op not in _RESOURCE_COLOCATION_EXEMPT:
-                colocation.union(i, p)
+                colocated.append((i, p))
             key = (p, t.value_index)
             if key not in tensor_ids:
                 tensor_ids[key] = len(tensor_producer)
@@ -304,8 +288,7 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
             control_senders.append(index[name])
             control_receivers.append(i)
 
-    roots = np.array([colocation.find(i) for i in range(n)])
-    _, colocation_ids = np.unique(roots, return_inverse=True)
+    colocation_ids = joined_classes(n, colocated)
     values = dict(variable_values or {})
     return make_op_graph(
         [op.name for op in ops], [op.type for op in ops], tensor_producer, tensor_bytes, edge_tensor,

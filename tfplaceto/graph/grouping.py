@@ -22,8 +22,7 @@ import heapq
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.graph.from_graph_def import _UnionFind
-from tfplaceto.graph.op_graph import OpGraph, make_op_graph, topological_order
+from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph, topological_order
 
 DEFAULT_MAX_GROUPS = 256
 
@@ -424,12 +423,10 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     kernels = np.ones((g, op_graph.kernels.shape[1]), bool)
     np.logical_and.at(kernels, op_to_group, op_graph.kernels)
 
-    ties = _UnionFind(g)
     first_group_of_class: dict[int, int] = {}
-    for op, cls in enumerate(op_graph.colocation):
-        grp = int(op_to_group[op])
-        ties.union(first_group_of_class.setdefault(int(cls), grp), grp)
-    _, colocation = np.unique([ties.find(i) for i in range(g)], return_inverse=True)
+    ties = [(first_group_of_class.setdefault(int(cls), int(grp)), int(grp))
+            for cls, grp in zip(op_graph.colocation, op_to_group)]
+    colocation = joined_classes(g, ties)
 
     names = _group_names(op_graph, op_to_group, g)
     return make_op_graph(names, ["Group"] * g, tensor_producer, tensor_bytes, edge_tensor, edge_consumer,

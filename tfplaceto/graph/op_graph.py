@@ -162,6 +162,18 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
                    kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}))
 
 
+def joined_classes(n: int, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Class id (0..C-1, numbered in order of each class's first item) of items 0..n-1 when each
+    pair (a, b) puts a and b in one class: the connected components of the pairs' graph."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    a, b = (np.asarray(x, np.int64) for x in zip(*pairs)) if len(pairs) else (np.zeros(0, np.int64),) * 2
+    joined = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(n, n))
+    _, labels = connected_components(joined, directed=False)
+    return labels.astype(np.int64)
+
+
 def topological_order(n: int, senders: np.ndarray, receivers: np.ndarray,
                       names: Sequence[str] = ()) -> np.ndarray:
     """Kahn's algorithm (ties by node index, so the order is deterministic).
