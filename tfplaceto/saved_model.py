@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
+from tfplaceto.graph import check_batch_size
 from tfplaceto.place import METHODS, OptimizeResult
 from tfplaceto.rewrite import called_function
 
@@ -87,8 +88,7 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
     cluster = as_cluster(cluster)
     if method not in METHODS and method != "auto":
         raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_batch_size(batch_size)
     src_dir, proto_file = _check_source(src_dir)
     dst_dir = _check_destination(dst_dir, src_dir)
     saved_model = _read_saved_model(os.path.join(src_dir, proto_file))

@@ -20,6 +20,12 @@ from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
 BUILTIN_PREFIX = "builtin:"
 
 
+def check_batch_size(batch_size) -> None:
+    """Raises InvalidGraphError unless batch_size is None or a positive int."""
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+
+
 def import_graph(source, fetches: Sequence[str] | str | None = None,
                  batch_size: int | None = None) -> OpGraph:
     """Imports a TensorFlow computation as an OpGraph.
@@ -41,8 +47,7 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
 
         source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_batch_size(batch_size)
     loaded = sources.load_source(source, fetches=fetches)
     return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
                                    loaded.variable_values)
