@@ -77,14 +77,14 @@ def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Gener
 
 def improve(problem: Problem, network, best, seed: int = 0, deadline: float = float("inf"),
             window: int | None = WINDOW, rollouts: int = ROLLOUTS, patience: int = PATIENCE,
-            perturb=None):
+            perturb=None, on_round=None):
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
     Each round: `rollouts` episodes sampled from the policy (seeded), each re-placing `window`
     consecutive classes from the best placement; each episode's final placement is hill-climbed;
     the best placement seen is kept. Ends at `deadline` or after `patience` rounds in a row without
     improvement. `perturb` (rng, placement) -> placement replaces the policy's episodes (for
-    ablations: random moves of the same size).
+    ablations: random moves of the same size). `on_round(best)` is called after every round.
     """
     from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
@@ -108,6 +108,8 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
                 break
             _climbed(problem, end, best, rng, deadline)
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
+        if on_round is not None:
+            on_round(best)
     return best
 
 
@@ -174,7 +176,17 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
         found = result.best[0]
         if found.placement is not None:
             best.offer(found.step_time_s, found.oom, found.placement)
-    best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb)
+    from tqdm.auto import tqdm
+
+    # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
+    with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,
+              leave=False, dynamic_ncols=True) as bar:
+        def on_round(found) -> None:
+            bar.n = min(round(time.perf_counter() - began), bar.total)
+            bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
+
+        best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb,
+                       on_round=on_round)
     return problem.tie(best.placement)
 
 
