@@ -95,6 +95,24 @@ def test_a_window_episode_re_places_consecutive_classes_only():
         assert len(moved) == 5 and moved[-1] - moved[0] == 4
 
 
+def test_a_polished_episode_returns_the_polished_improvement():
+    from tfplaceto.baselines import local_search
+
+    problem = layered(seed=3)
+
+    def polish(p, placement):
+        return local_search.climb(p, placement, np.random.default_rng(0), float("inf"))
+
+    env = PlacementEnvironment(problem, initial="random", seed=5, window=4, polish=polish)
+    for episode in range(3):
+        rewards = _random_episode(env, episode)
+        summary = env.episode_summary()
+        t0, final = summary["initial_step_time_s"], summary["step_time_s"]
+        assert sum(rewards) == pytest.approx((t0 - final) / t0, abs=1e-5)
+        # The end placement is a local optimum: climbing it again changes nothing.
+        np.testing.assert_array_equal(polish(problem, env.placement), env.placement)
+
+
 def test_oom_is_penalized():
     problem = two_chains()
     small = tp.Cluster(_gpus(2, memory=2_500_000), name="small")

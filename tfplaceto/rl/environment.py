@@ -12,7 +12,9 @@ One episode improves one placement of one graph, one colocation class at a time:
   random order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0. With `window=k` it visits only
   k consecutive classes of that order, from a random position: a cheap episode that re-places one
   region of the graph (the placer's perturbation moves); the sum of rewards is still the episode's
-  improvement.
+  improvement. With `polish` (e.g. hill climbing), the placement is polished after the last step
+  and the last reward includes the polish's gain: the return is then the improvement of the
+  polished result, which is what the placer's perturbation episodes are for.
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory: an OOM placement is always worse than
 the same step time without OOM, and less overflow is better.
@@ -76,6 +78,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         (one problem only), a callable (problem, rng) -> array, or a tuple of these (sampled).
       order: "topological" or "random" order of the classes in an episode.
       window: visit only this many consecutive classes of the order per episode (None: all).
+      polish: (problem, placement) -> placement applied after the last step (None: nothing).
       seed: seeds problem sampling, random initial placements, random orders and windows.
       oom_penalty: see the module docstring.
       lookahead: simulate every allowed device for the current class (device features).
@@ -85,7 +88,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def __init__(self, problems: Problem | Sequence[Problem], initial: Initial | tuple = "random",
                  order: str = "topological", seed: int = 0, oom_penalty: float = 1.0,
-                 lookahead: bool = True, dims: F.Dims | None = None, window: int | None = None):
+                 lookahead: bool = True, dims: F.Dims | None = None, window: int | None = None,
+                 polish: Callable[[Problem, np.ndarray], np.ndarray] | None = None):
         super().__init__()
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -99,6 +103,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
+        self._polish = polish
         self._rng = np.random.default_rng(seed)
         self._oom_penalty = oom_penalty
         self._lookahead = lookahead
@@ -250,6 +255,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         members = statics.members[step]
         self._placement[members] = device
         self._visited[members] = 1.0
+        if self._polish is not None and self._t + 1 == len(self._order):
+            self._placement = np.asarray(self._polish(self.problem, self._placement.copy()), np.int32)
         self._simulate()
         reward = np.float32((previous - self._cost) / self._initial_cost)
         self._t += 1

@@ -158,7 +158,8 @@ def _best_from_json(payload: dict) -> Best:
 @gin.configurable(denylist=["problems", "logdir", "network", "callback"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: str | None = None,
           seed: int = 0, rollouts_per_update: int = 4, initial: str | tuple = ("best", "single"),
-          order: str = "topological", lookahead: bool = True, hidden: int = 32, rounds: int = 2,
+          order: str = "topological", lookahead: bool = True, window: int | None = None,
+          polish: Callable | None = None, hidden: int = 32, rounds: int = 2,
           lookahead_prior: float = 50.0,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.01,
           gradient_clipping: float = 1.0, baseline_window: int = 16,
@@ -174,7 +175,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environments and the actions.
       rollouts_per_update: episodes per REINFORCE update (collected in lockstep).
-      initial, order, lookahead, oom_penalty: see PlacementEnvironment.
+      initial, order, lookahead, window, polish, oom_penalty: see PlacementEnvironment.
       hidden, rounds, lookahead_prior: the network (ignored when `network` is given).
       learning_rate, entropy_coefficient, gradient_clipping, baseline_window, max_train_steps:
         see PlacetoAgent.
@@ -189,10 +190,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
     statics = [F.graph_statics(p) for p in problems]
     dims = F.dims_for(statics, [p.num_devices for p in problems])
     num_steps = max(s.num_steps for s in statics)
+    num_steps = min(num_steps, window) if window else num_steps
     seeds = np.random.SeedSequence(seed).spawn(rollouts_per_update + 1)
     initial = _shared(initial)
     envs = [PlacementEnvironment(problems, initial=initial, order=order, seed=int(s.generate_state(1)[0]),
-                                 oom_penalty=oom_penalty, lookahead=lookahead, dims=dims)
+                                 oom_penalty=oom_penalty, lookahead=lookahead, dims=dims, window=window,
+                                 polish=polish)
             for s in seeds[:-1]]
     action_rng = np.random.default_rng(seeds[-1])
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, lookahead_prior=lookahead_prior,
