@@ -42,20 +42,20 @@ from learning import baseline_times  # noqa: E402
 VARIANTS = ("local_search", "placeto", "untrained", "random moves")
 
 
-def run_variant(variant: str, problem: Problem, seed: int, no_policy_dir: str) -> np.ndarray:
+def run_variant(variant: str, problem: Problem, seed: int) -> np.ndarray:
     from tfplaceto import baselines
     from tfplaceto.policy import placer
+    from tfplaceto.policy.network import PlacetoNetwork
 
     if variant == "local_search":
         return baselines.run("local_search", problem, seed=seed)
     if variant == "placeto":
         return placer.place(problem, seed=seed)
-    with warnings.catch_warnings():  # "no trained policy": intended here
-        warnings.simplefilter("ignore")
-        if variant == "untrained":
-            return placer.place(problem, seed=seed, policy_dir=no_policy_dir)
-        return placer.place(problem, seed=seed, policy_dir=no_policy_dir,
-                            perturb=placer.random_window_moves(problem, placer.WINDOW))
+    untrained = PlacetoNetwork(seed=seed)  # with random moves, no network is called at all
+    if variant == "untrained":
+        return placer.place(problem, seed=seed, network=untrained)
+    return placer.place(problem, seed=seed, network=untrained,
+                        perturb=placer.random_window_moves(problem, placer.WINDOW))
 
 
 def main(argv=None) -> None:
@@ -74,7 +74,6 @@ def main(argv=None) -> None:
 
     if placer.load_policy() is None:
         warnings.warn("no shipped policy: 'placeto' uses fresh weights", stacklevel=1)
-    no_policy_dir = os.path.join("/tmp", f"tfplaceto-no-policy-{os.getpid()}")  # absent: fresh weights
     rows = []
     print(f"{'graph':14} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
           + "   (simulated ms; wall s in brackets)")
@@ -89,7 +88,7 @@ def main(argv=None) -> None:
             cells = []
             for variant in VARIANTS:
                 start = time.perf_counter()
-                device_of = run_variant(variant, problem, args.seed, no_policy_dir)
+                device_of = run_variant(variant, problem, args.seed)
                 wall = time.perf_counter() - start
                 step, _, oom = simulator.run(device_of)
                 row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}

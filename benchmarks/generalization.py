@@ -52,17 +52,15 @@ def per_graph(problem: Problem, minutes: float, seed: int) -> tuple[float, float
     start = time.perf_counter()
     result = train(problem, episodes=10**9, seed=seed, budget_s=minutes * 60,
                    network=PlacetoNetwork(seed=seed), progress=False)
-    directory = os.path.join("/tmp", f"tfplaceto-per-graph-{os.getpid()}")
-    placer.save_policy(result.network, directory)
-    device_of = placer.place(problem, seed=seed, policy_dir=directory)
+    device_of = placer.place(problem, seed=seed, network=result.network)
     searched = float(problem.simulator().run(device_of)[0])
     trained = result.best[0].step_time_s
     return min(searched, trained), time.perf_counter() - start
 
 
-def run_row(problem: Problem, graph: str, cluster: str, minutes: float, seed: int,
-            prior_dir: str) -> dict:
+def run_row(problem: Problem, graph: str, cluster: str, minutes: float, seed: int) -> dict:
     from tfplaceto.policy import placer
+    from tfplaceto.policy.network import PlacetoNetwork
 
     simulator = problem.simulator()
     times = baseline_times(problem)
@@ -70,9 +68,7 @@ def run_row(problem: Problem, graph: str, cluster: str, minutes: float, seed: in
     start = time.perf_counter()
     zero_shot = float(simulator.run(placer.place(problem, seed=seed))[0])
     zero_shot_wall = time.perf_counter() - start
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prior = float(simulator.run(placer.place(problem, seed=seed, policy_dir=prior_dir))[0])
+    prior = float(simulator.run(placer.place(problem, seed=seed, network=PlacetoNetwork(seed=seed)))[0])
     row = {"graph": graph, "cluster": cluster, "nodes": problem.num_nodes, "baselines": times,
            "best_baseline": method, "best_baseline_s": bar, "m_etf_s": times.get("m_etf", (None,))[0],
            "zero_shot_s": zero_shot, "zero_shot_wall_s": zero_shot_wall, "prior_only_s": prior}
@@ -118,7 +114,6 @@ def main(argv=None) -> None:
 
     if placer.load_policy() is None:
         warnings.warn("no shipped policy: 'zero-shot' uses fresh weights", stacklevel=1)
-    prior_dir = os.path.join("/tmp", f"tfplaceto-no-policy-{os.getpid()}")  # absent: fresh weights
     clusters = args.clusters.split(",")
     rows = []
     print(f"{'graph':22} {'cluster':7} {'best baseline':>20} {'m_etf':>8} {'zero-shot':>9} "
@@ -127,7 +122,7 @@ def main(argv=None) -> None:
         for member in (int(m) for m in args.held_out.split(",")):
             graph = f"{family}/{member}"
             for problem, cluster in zip(family_problems(family, clusters, 1, first=member), clusters):
-                row = run_row(problem, graph, cluster, args.per_graph_minutes, args.seed, prior_dir)
+                row = run_row(problem, graph, cluster, args.per_graph_minutes, args.seed)
                 rows.append(row)
                 per_graph_ms = row.get("per_graph_s", float("nan")) * 1e3
                 print(f"{graph:22} {cluster:7} {row['best_baseline']:>10} {row['best_baseline_s'] * 1e3:9.3f} "

@@ -90,9 +90,10 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
     from tfplaceto.rl.train import make_logits_fn, rollout
 
     rng = np.random.default_rng(seed)
-    envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
-                                 window=window) for k in range(rollouts)]
-    logits_fn = make_logits_fn(network, envs[0].observation_spec()) if perturb is None else None
+    if perturb is None:
+        envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
+                                     window=window) for k in range(rollouts)]
+        logits_fn = make_logits_fn(network, envs[0].observation_spec())
     idle = 0
     while idle < patience and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
@@ -132,7 +133,7 @@ def random_window_moves(problem: Problem, window: int):
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
-          policy_dir: str | None = None, perturb=None) -> np.ndarray:
+          policy_dir: str | None = None, network=None, perturb=None) -> np.ndarray:
     """The device index of every node of `problem` (module docstring).
 
     Args:
@@ -141,6 +142,8 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
       budget_s: wall seconds in all (None or 0: zero-shot, searching for at most
         SEARCH_BUDGET_S); above that, the time beyond SEARCH_BUDGET_S fine-tunes the policy.
       policy_dir: a saved policy to use instead of the shipped one.
+      network: a PlacetoNetwork to use instead of loading one (e.g. untrained weights, or a policy
+        just trained; fine-tuning updates it).
       perturb: for ablations, (rng, placement) -> placement: `improve` uses these moves instead of
         the policy's episodes, and the greedy policy episode (step 2) is skipped: no policy at all.
     """
@@ -149,7 +152,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
 
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, SEARCH_BUDGET_S)
-    network = _network(seed, policy_dir)
+    network = network or _network(seed, policy_dir)
     rng = np.random.default_rng(seed)
     starts = starting_placements(problem, seed)
     best = Best()
