@@ -423,10 +423,10 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     kernels = np.ones((g, op_graph.kernels.shape[1]), bool)
     np.logical_and.at(kernels, op_to_group, op_graph.kernels)
 
-    first_group_of_class: dict[int, int] = {}
-    ties = [(first_group_of_class.setdefault(int(cls), int(grp)), int(grp))
-            for cls, grp in zip(op_graph.colocation, op_to_group)]
-    colocation = joined_classes(g, ties)
+    # Groups sharing a colocation class are tied: join each group to its ops' classes (items
+    # g + class) and keep the groups' labels (every class item is joined to some group).
+    colocation = joined_classes(g + int(op_graph.colocation.max()) + 1,
+                                np.stack([op_to_group, g + op_graph.colocation], 1))[:g]
 
     names = _group_names(op_graph, op_to_group, g)
     return make_op_graph(names, ["Group"] * g, tensor_producer, tensor_bytes, edge_tensor, edge_consumer,

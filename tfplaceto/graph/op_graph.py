@@ -162,14 +162,15 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
                    kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}))
 
 
-def joined_classes(n: int, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+def joined_classes(n: int, pairs) -> np.ndarray:
     """Class id (0..C-1, numbered in order of each class's first item) of items 0..n-1 when each
-    pair (a, b) puts a and b in one class: the connected components of the pairs' graph."""
+    pair (a, b) puts a and b in one class: the connected components of the pairs' graph.
+    `pairs`: a sequence of (a, b) or an (P, 2) int array."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    a, b = (np.asarray(x, np.int64) for x in zip(*pairs)) if len(pairs) else (np.zeros(0, np.int64),) * 2
-    joined = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(n, n))
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    joined = coo_matrix((np.ones(len(pairs), np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     _, labels = connected_components(joined, directed=False)
     return labels.astype(np.int64)
 
