@@ -152,7 +152,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
 
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, SEARCH_BUDGET_S)
-    network = network or _network(seed, policy_dir)
+    network = network if network is not None else _network(seed, policy_dir)
     rng = np.random.default_rng(seed)
     starts = starting_placements(problem, seed)
     best = Best()
