@@ -233,8 +233,13 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
     device, and a run of such intervals would tie the whole graph. Within each group, between the
     last op updating a class anchored in one group (the group that reads the variable) and the
     first op updating a class anchored in another, a cut goes where the fewest colocation classes
-    are open (an optimizer slot's assignment and its reads stay together). Pieces of an interval
-    keep their order, so the grouping stays acyclic.
+    are open (an optimizer slot's assignment and its reads stay together).
+    Recurrent layers need the same in the forward pass: an unrolled LSTM reads its weights at
+    every step, each read colocated with the variable, so a group holding one layer's last steps
+    and the next layer's first would tie the two layers, and a run of such groups every layer
+    of the network (NMT-4l: 38% of its compute in one tie class). Groups are also cut where the
+    variables their ops read change for good (a layer's weights read alternately stay together).
+    Pieces of an interval keep their order, so the grouping stays acyclic.
     """
     anchor: dict[int, int] = {}
     for node in order:
@@ -247,20 +252,18 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
     computing = order[~floating[order]]
     groups = op_to_group[computing]
     starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
+    receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
+    read_anchor = _read_anchor(op_graph, senders, receivers, op_to_group, floating, anchor)
     first_piece: dict[int, int] = {}
     for start, end in zip(starts, np.append(starts[1:], len(computing))):
         nodes = computing[start:end]
         g = int(op_to_group[nodes[0]])
-        keys = [anchor.get(int(op_graph.colocation[v]), g) for v in nodes]
-        cuts, key, last = [], None, -1
-        for i, k in enumerate(keys):
-            if k == g:
-                continue
-            if key is not None and k != key:
-                # Cut after one of nodes[last .. i-1]: where the fewest classes are open.
-                between = position[nodes[last:i]]
-                cuts.append(last + int(np.argmin(open_classes[between])))
-            key, last = k, i
+        between = open_classes[position[nodes]]
+        updated = [anchor.get(int(op_graph.colocation[v]), g) for v in nodes]
+        cuts = _cuts(np.where(np.equal(updated, g), -1, updated), between, apart=False)
+        cuts |= _cuts(read_anchor[nodes], between, apart=True)
+        cuts = sorted(cuts)
         piece = np.zeros(len(nodes), np.int64)
         for c in cuts:
             piece[c + 1:] += 1
@@ -269,8 +272,6 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         next_label += len(cuts) + 1
     # A floating op joins the earliest piece of its group that consumes it (consumers first,
     # so chains of floating ops follow), else its group's first piece.
-    senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
-    receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
     successors = _csr(senders, receivers, op_graph.num_ops)
     for node in order[floating[order]][::-1]:
         g = int(op_to_group[node])
@@ -297,6 +298,42 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         if len(preds):
             together[node] = max(together[node], together[preds].max())
     return together if _labels_acyclic(op_graph, together) else labels
+
+
+def _cuts(keys: np.ndarray, open_classes: np.ndarray, apart: bool) -> set[int]:
+    """Where a run of nodes is cut so that pieces hold different keys (-1: no key, goes anywhere).
+
+    apart=False cuts wherever the key changes; apart=True only where every key before the cut
+    has no node after it (keys that alternate, like a layer's two weights read at every step,
+    stay in one piece). Each cut goes after the node, between the last keyed node before and the
+    first after, where the fewest colocation classes are open.
+    """
+    last_of = {int(k): i for i, k in enumerate(keys) if k >= 0}
+    cuts, piece_end, last = set(), -1, -1
+    for i, k in enumerate(keys):
+        if k < 0:
+            continue
+        if last >= 0 and (i > piece_end if apart else k != keys[last]):
+            cuts.add(last + int(np.argmin(open_classes[last:i])))
+        piece_end, last = max(piece_end, last_of[int(k)]), i
+    return cuts
+
+
+def _read_anchor(op_graph: OpGraph, senders: np.ndarray, receivers: np.ndarray, op_to_group: np.ndarray,
+                 floating: np.ndarray, anchor: dict[int, int]) -> np.ndarray:
+    """read_anchor[v]: the anchor of a variable that op v reads through a floating op of its own
+    group (a ReadVariableOp, colocated with the variable), the lowest when several; else -1."""
+    class_anchor = np.full(int(op_graph.colocation.max()) + 1, -1, np.int64)
+    class_anchor[list(anchor)] = list(anchor.values())
+    read_class = op_graph.colocation[senders]
+    tied = np.bincount(op_graph.colocation)[read_class] > 1
+    reads = (floating[senders] & ~floating[receivers] & tied & (class_anchor[read_class] >= 0)
+             & (op_to_group[senders] == op_to_group[receivers]))
+    none = np.iinfo(np.int64).max
+    result = np.full(op_graph.num_ops, none)
+    np.minimum.at(result, receivers[reads], class_anchor[read_class[reads]])
+    result[result == none] = -1
+    return result
 
 
 def _labels_acyclic(op_graph: OpGraph, labels: np.ndarray) -> bool:
