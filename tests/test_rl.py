@@ -249,7 +249,23 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     best = Best()
     best.offer(simulator.run(start)[0], False, start)
     network = PlacetoNetwork(hidden=8, seed=0)
+    no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
     found = placer.improve(problem, network, best, seed=0, window=3, patience=50,
-                           perturb=placer.random_window_moves(problem, 3))
+                           perturb=placer.random_window_moves(problem, 3), blocks=no_blocks)
     assert found.step_time_s == pytest.approx(3e-3)
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
+
+
+def test_block_moves_move_a_chain_that_single_moves_cannot():
+    from tfplaceto.baselines import local_search
+
+    problem = two_chains(length=4, megabytes=100)  # every single move from one device is worse
+    simulator = problem.simulator()
+    start = np.zeros(problem.num_nodes, np.int32)
+    rng = np.random.default_rng(0)
+    assert simulator.run(local_search.climb(problem, start, rng, float("inf")))[0] == pytest.approx(8e-3)
+    blocks = placer.block_moves(problem)
+    assert {len(nodes) for nodes in blocks.nodes} == {2, 4}  # runs of 2 and 4 classes (of 8)
+    climbed = local_search.climb(problem, start, rng, float("inf"), moves=blocks)
+    assert simulator.run(climbed)[0] == pytest.approx(4e-3)  # one chain per device
+    assert len(set(climbed[:4])) == 1 and len(set(climbed[4:])) == 1 and climbed[0] != climbed[4]

@@ -20,6 +20,7 @@ wall-clock time, so a search it cuts short, or a start it skips, may differ on a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -73,35 +74,64 @@ def _better(score: tuple, than: tuple) -> bool:
     return score[2] < than[2] * (1 - MIN_GAIN)
 
 
-def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadline: float,
-          inst: _common.Instance | None = None) -> np.ndarray:
-    """First-improvement hill climbing over single-class moves from `start` until a local optimum
-    or `deadline` (a time.perf_counter() value); never worse than `start`.
+@dataclasses.dataclass(frozen=True)
+class Moves:
+    """Moves of a hill climb: move m sends `nodes[m]` (one or more tie classes) to `device[m]`."""
 
-    `inst` is `_common.prepare(problem)`, computed here when not given.
+    nodes: list[np.ndarray]
+    device: np.ndarray
+
+
+def class_moves(inst: _common.Instance, blocks=None) -> Moves:
+    """A move per (block, device) where some class of the block is allowed on the device.
+
+    `blocks`: sequences of tie class ids moved together; default: every class alone (the
+    single-class moves of local_search), in class order, devices ascending.
+    """
+    first = inst.class_members[inst.class_ptr[:-1]]
+    blocks = [[c] for c in range(inst.num_classes)] if blocks is None else blocks
+    nodes, device = [], []
+    for block in blocks:
+        for d in range(inst.num_devices):
+            movable = [inst.members(c) for c in block if inst.allowed[first[c], d]]
+            if movable:
+                nodes.append(np.concatenate(movable))
+                device.append(d)
+    return Moves(nodes, np.asarray(device, np.int32))
+
+
+def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadline: float,
+          inst: _common.Instance | None = None, moves: Moves | None = None) -> np.ndarray:
+    """First-improvement hill climbing from `start` until a local optimum or `deadline` (a
+    time.perf_counter() value); never worse than `start`.
+
+    `inst` is `_common.prepare(problem)`, computed here when not given. `moves`: the
+    neighbourhood, by default `class_moves(inst)` (one tie class to another device).
     """
     inst = inst or _common.prepare(problem)
+    moves = moves or class_moves(inst)
     simulator = problem.simulator()
     current = np.asarray(start, np.int32).copy()
     score = _score(simulator.run(current), inst.memory)
-    first = inst.class_members[inst.class_ptr[:-1]]
-    moves = np.argwhere(inst.allowed[first])  # (class, device) for every allowed device
+
+    def moving(candidates: np.ndarray) -> np.ndarray:  # drop moves that change nothing now
+        keep = [bool((current[moves.nodes[m]] != moves.device[m]).any()) for m in candidates]
+        return candidates[np.asarray(keep, bool)]
+
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
-        order = moves[rng.permutation(len(moves))]
-        order = order[order[:, 1] != current[first[order[:, 0]]]]  # drop moves to where it is
+        order = moving(rng.permutation(len(moves.device)))
         k, size = 0, FIRST_BATCH
         while k < len(order) and time.perf_counter() < deadline:
-            chunk = order[k:k + size]
             # A move may have become a no-op after an earlier accepted move: skip those.
-            chunk = chunk[chunk[:, 1] != current[first[chunk[:, 0]]]]
+            chunk = moving(order[k:k + size])
             if len(chunk) == 0:
                 k += size
                 continue
             batch = np.repeat(current[None, :], len(chunk), axis=0)
-            for row, (cls, device) in enumerate(chunk):
-                batch[row, inst.members(cls)] = device
+            for row, m in enumerate(chunk):
+                batch[row, moves.nodes[m]] = moves.device[m]
             steps, peaks, ooms = simulator.run_batch(batch)
             accepted = -1
             for row in range(len(chunk)):
@@ -116,6 +146,6 @@ def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadlin
             current = batch[accepted].copy()
             improved = True
             # Continue the walk right after the accepted move.
-            k += int(np.flatnonzero((order[k:k + size] == chunk[accepted]).all(1))[0]) + 1
+            k += int(np.flatnonzero(order[k:k + size] == chunk[accepted])[0]) + 1
             size = FIRST_BATCH
     return current

@@ -3,6 +3,7 @@
   PRETRAINED_DIR       the policy shipped in the package (`pretrained/`: policy.json + weights.*).
   save_policy          writes a network there (or anywhere): its config and a tf.train.Checkpoint.
   load_policy          reads one back (None when there is none or it does not fit this code).
+  block_moves          moves of runs of consecutive tie classes to one device (a layer at once).
   improve              iterated local search with the policy as its perturbation: the best found.
   random_window_moves  the same perturbation without a policy (ablations, tests).
   place                the placer `tfplaceto.place(..., method="placeto")` calls.
@@ -10,7 +11,10 @@
 How `place` works (every placement the simulator evaluates is a candidate; the answer is the best,
 so it is never worse than its starting placements):
 1. Start: the best of the fast baselines (`COMPARED_BASELINES`, by simulated (OOM, step time)),
-   improved by hill climbing on the simulator (`local_search.climb`) to a local optimum.
+   improved by hill climbing on the simulator to a local optimum of two neighbourhoods in turn:
+   one tie class to another device (`local_search.climb`, local_search's moves) and a run of
+   consecutive classes to one device (`block_moves`: a layer moves at once, where each of its
+   classes moved alone would add transfers both ways). Every "climb" below is this one.
 2. One greedy episode of the policy from there (every colocation class re-placed once, with the
    simulator's lookahead as features), climbed again.
 3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem (episodes start
@@ -48,6 +52,7 @@ from tfplaceto.policy.checkpoint import PRETRAINED_DIR, load_policy, save_policy
 from tfplaceto.problem import Problem
 
 SEARCH_BUDGET_S = local_search.DEFAULT_BUDGET_S
+BLOCK_SIZES = (2, 4, 8, 16, 32)  # consecutive tie classes a block move sends to one device
 WINDOW = 8  # classes re-placed by one perturbation episode (picked from 8, 16, 32, 96, all: RESULTS.md)
 ROLLOUTS = 4  # perturbation episodes per round (batched through the network)
 PATIENCE = 8  # rounds without improvement that end the search
@@ -67,29 +72,58 @@ def _network(seed: int, policy_dir: str | None):
 
 
 # -- placing ---------------------------------------------------------------------------------------
+def block_moves(problem: Problem) -> local_search.Moves:
+    """Moves of runs of consecutive tie classes (by their first op's topological position), of
+    BLOCK_SIZES classes overlapping by half, each run to one device.
+
+    A layer, or a stage of a pipeline, is several tie classes: hill climbing over single-class
+    moves cannot move it when every class moved alone makes the step slower (it adds transfers
+    both ways) while moving all of them together makes it faster.
+    """
+    from tfplaceto.baselines import _common
+
+    inst = _common.prepare(problem)
+    position = np.empty(inst.num_nodes, np.int64)
+    position[inst.order] = np.arange(inst.num_nodes)
+    classes = np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
+    blocks = [classes[i:i + size] for size in BLOCK_SIZES if size < len(classes)
+              for i in range(0, len(classes) - size // 2, size // 2)]
+    return local_search.class_moves(inst, blocks)
+
+
 def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Generator,
-             deadline: float) -> None:
-    """Offers `placement` hill-climbed to a local optimum (or the deadline) to `best`."""
-    climbed = local_search.climb(problem, placement, rng, deadline)
-    step_time, _, oom = problem.simulator().run(climbed)
-    best.offer(step_time, oom, climbed)
+             deadline: float, blocks: local_search.Moves) -> None:
+    """Offers `placement` hill-climbed to a local optimum of single-class and block moves (or
+    to the deadline) to `best`."""
+    current = placement
+    while time.perf_counter() < deadline:
+        current = local_search.climb(problem, current, rng, deadline)
+        moved = local_search.climb(problem, current, rng, deadline, moves=blocks)
+        if np.array_equal(moved, current):
+            break
+        current = moved
+    step_time, _, oom = problem.simulator().run(current)
+    best.offer(step_time, oom, current)
 
 
 def improve(problem: Problem, network, best, seed: int = 0, deadline: float = float("inf"),
             window: int | None = WINDOW, rollouts: int = ROLLOUTS, patience: int = PATIENCE,
-            perturb=None, on_round=None):
+            perturb=None, on_round=None, blocks: local_search.Moves | None = None):
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
     Each round: `rollouts` episodes sampled from the policy (seeded), each re-placing `window`
-    consecutive classes from the best placement; each episode's final placement is hill-climbed;
-    the best placement seen is kept. Ends at `deadline` or after `patience` rounds in a row without
-    improvement. `perturb` (rng, placement) -> placement replaces the policy's episodes (for
-    ablations: random moves of the same size). `on_round(best)` is called after every round.
+    consecutive classes from the best placement; each episode's final placement is hill-climbed
+    (single-class moves, then `blocks`, default `block_moves(problem)`, in turn until neither
+    improves); the best placement seen is kept. Ends at `deadline` or after `patience` rounds in
+    a row without improvement. `perturb` (rng, placement) -> placement replaces the policy's
+    episodes (for ablations: random moves of the same size). `on_round(best)` is called after
+    every round.
     """
     from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
 
     rng = np.random.default_rng(seed)
+    blocks = block_moves(problem) if blocks is None else blocks
     if perturb is None:
         envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
                                      window=window) for k in range(rollouts)]
@@ -107,7 +141,7 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
         for end in ends:
             if time.perf_counter() >= deadline:
                 break
-            _climbed(problem, end, best, rng, deadline)
+            _climbed(problem, end, best, rng, deadline, blocks)
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
         if on_round is not None:
             on_round(best)
@@ -161,13 +195,14 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
         step_time, _, oom = simulator.run(placement)
         best.offer(step_time, oom, placement)
     baseline = best.placement
-    _climbed(problem, baseline, best, rng, deadline)
+    blocks = block_moves(problem)
+    _climbed(problem, baseline, best, rng, deadline, blocks)
 
     if perturb is None:
         env = PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed)
         rollout([env], make_logits_fn(network, env.observation_spec()), None)
         best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
-        _climbed(problem, env.placement, best, rng, deadline)
+        _climbed(problem, env.placement, best, rng, deadline, blocks)
 
     tuning_s = deadline - SEARCH_BUDGET_S - time.perf_counter()
     if budget_s and tuning_s > 1.0:
@@ -189,7 +224,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
             bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
 
         best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb,
-                       on_round=on_round)
+                       on_round=on_round, blocks=blocks)
     return problem.tie(best.placement)
 
 
