@@ -21,11 +21,11 @@ so it is never worse than its starting placements):
    from the best placement so far and from the best baseline) for the budget minus the search.
 4. `improve` until the deadline (SEARCH_BUDGET_S without a budget: the default budget of
    `local_search`, so the two compare at equal wall time) or until PATIENCE rounds in a row find
-   nothing better: each round samples ROLLOUTS short policy episodes (WINDOW consecutive classes
-   re-placed, from the best placement, at a random position), climbs from each episode's end, and
-   keeps the best. Hill climbing alone stops at the first local optimum; the policy's sampled
-   episodes are the moves that leave it (several classes moved together, where each move alone
-   would be worse): `benchmarks/ablation.py` compares them with random moves and untrained weights.
+   nothing better: each round perturbs the best placement ROLLOUTS times (WINDOW consecutive
+   classes re-placed at a random position: POLICY_ROLLOUTS sampled policy episodes, the others
+   random devices), climbs from each perturbed placement, and keeps the best. Climbing alone
+   stops at the first local optimum; the perturbations leave it. `benchmarks/ablation.py`
+   compares the policy's episodes with random moves alone and with untrained weights.
 Deterministic given `seed` when the search stops by patience; a search cut by the deadline
 depends on the machine's speed (like local_search's).
 
@@ -54,7 +54,10 @@ from tfplaceto.problem import Problem
 SEARCH_BUDGET_S = local_search.DEFAULT_BUDGET_S
 BLOCK_SIZES = (2, 4, 8, 16, 32)  # consecutive tie classes a block move sends to one device
 WINDOW = 8  # classes re-placed by one perturbation episode (picked from 8, 16, 32, 96, all: RESULTS.md)
-ROLLOUTS = 4  # perturbation episodes per round (batched through the network)
+ROLLOUTS = 4  # perturbations per round
+# Of which policy episodes (batched through the network); the rest are random moves of the same
+# size: neither kind is better on every row of the benchmarks (RESULTS.md, the ablation).
+POLICY_ROLLOUTS = 2
 PATIENCE = 8  # rounds without improvement that end the search
 
 
@@ -107,17 +110,18 @@ def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Gener
 
 
 def improve(problem: Problem, network, best, seed: int = 0, deadline: float = float("inf"),
-            window: int | None = WINDOW, rollouts: int = ROLLOUTS, patience: int = PATIENCE,
-            perturb=None, on_round=None, blocks: local_search.Moves | None = None):
+            window: int | None = WINDOW, rollouts: int = ROLLOUTS, policy_rollouts: int = POLICY_ROLLOUTS,
+            patience: int = PATIENCE, perturb=None, on_round=None,
+            blocks: local_search.Moves | None = None):
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
-    Each round: `rollouts` episodes sampled from the policy (seeded), each re-placing `window`
-    consecutive classes from the best placement; each episode's final placement is hill-climbed
-    (single-class moves, then `blocks`, default `block_moves(problem)`, in turn until neither
-    improves); the best placement seen is kept. Ends at `deadline` or after `patience` rounds in
-    a row without improvement. `perturb` (rng, placement) -> placement replaces the policy's
-    episodes (for ablations: random moves of the same size). `on_round(best)` is called after
-    every round.
+    Each round perturbs the best placement `rollouts` times, re-placing `window` consecutive
+    classes: `policy_rollouts` of them are episodes sampled from the policy (seeded), the others
+    random moves (`random_window_moves`, or `perturb` (rng, placement) -> placement when given,
+    which then replaces the policy's episodes too: for ablations). Each perturbed placement is
+    hill-climbed (single-class moves, then `blocks`, default `block_moves(problem)`, in turn until
+    neither improves); the best placement seen is kept. Ends at `deadline` or after `patience`
+    rounds in a row without improvement. `on_round(best)` is called after every round.
     """
     from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
@@ -125,19 +129,23 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
     rng = np.random.default_rng(seed)
     blocks = block_moves(problem) if blocks is None else blocks
     if perturb is None:
-        envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
-                                     window=window) for k in range(rollouts)]
+        perturb = random_window_moves(problem, window or problem.num_nodes)
+    else:
+        policy_rollouts = 0
+    envs = [PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed + k,
+                                 window=window) for k in range(min(policy_rollouts, rollouts))]
+    if envs:
         logits_fn = make_logits_fn(network, envs[0].observation_spec())
     idle = 0
     while idle < patience and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
-        if perturb is None:
+        ends = []
+        if envs:
             rollout(envs, logits_fn, rng)
             ends = [env.placement for env in envs]
             for env in envs:
                 best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
-        else:
-            ends = [perturb(rng, best.placement) for _ in range(rollouts)]
+        ends += [perturb(rng, best.placement) for _ in range(rollouts - len(envs))]
         for end in ends:
             if time.perf_counter() >= deadline:
                 break
