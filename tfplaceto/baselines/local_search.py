@@ -109,7 +109,7 @@ def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadlin
     neighbourhood, by default `class_moves(inst)` (one tie class to another device).
     """
     inst = inst or _common.prepare(problem)
-    moves = moves or class_moves(inst)
+    moves = class_moves(inst) if moves is None else moves
     simulator = problem.simulator()
     current = np.asarray(start, np.int32).copy()
     score = _score(simulator.run(current), inst.memory)

@@ -4,8 +4,8 @@
   save_policy          writes a network there (or anywhere): its config and a tf.train.Checkpoint.
   load_policy          reads one back (None when there is none or it does not fit this code).
   block_moves          moves of runs of consecutive tie classes to one device (a layer at once).
-  improve              iterated local search with the policy as its perturbation: the best found.
-  random_window_moves  the same perturbation without a policy (ablations, tests).
+  improve              iterated local search, perturbing by policy episodes and random moves.
+  random_window_moves  the random moves: a policy episode's window sent to random devices.
   place                the placer `tfplaceto.place(..., method="placeto")` calls.
 
 How `place` works (every placement the simulator evaluates is a candidate; the answer is the best,
