@@ -4,12 +4,12 @@ For every (graph, cluster) of the bench table, side by side in one run, each wit
 time (`local_search`'s default budget, SEARCH_BUDGET_S = 10 s):
 - local_search: hill climbing from the best fast baseline (the yardstick of issue 4);
 - placeto: `tp.place(method="placeto")`, the shipped policy zero-shot (climb, a greedy policy
-  episode, then iterated local search with sampled policy episodes as the perturbation moves);
+  episode, then iterated local search perturbing by sampled policy episodes and random moves);
 - untrained: the same placer with freshly initialized weights (only the network's lookahead prior
   acts): what training adds is the difference;
-- random moves: the same iterated local search with the policy replaced by random moves of the
-  same size (WINDOW consecutive classes to random allowed devices) and no policy episode: what
-  the policy adds over plain iterated local search.
+- random moves: the same iterated local search with every perturbation a random move
+  (WINDOW consecutive classes to random allowed devices) and no policy episode: what the
+  policy adds over plain iterated local search.
 Figures: simulated step time (ms) per method, and per method the rows where it is strictly better
 than local_search and than every fast baseline.
 

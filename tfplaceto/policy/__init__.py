@@ -7,7 +7,7 @@
   count.
 - `placer.py`: `place(problem, seed, budget_s)`, the `method="placeto"` entry point: the shipped
   policy (`pretrained/`), hill climbing from the best baseline, a greedy policy episode, optional
-  fine-tuning, then iterated local search with sampled policy episodes as its perturbations.
+  fine-tuning, then iterated local search perturbing by sampled policy episodes and random moves.
 Training (environment, agent, loop) lives in `tfplaceto.rl`.
 """
 

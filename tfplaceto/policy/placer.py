@@ -75,17 +75,18 @@ def _network(seed: int, policy_dir: str | None):
 
 
 # -- placing ---------------------------------------------------------------------------------------
-def block_moves(problem: Problem) -> local_search.Moves:
+def block_moves(problem: Problem, inst=None) -> local_search.Moves:
     """Moves of runs of consecutive tie classes (by their first op's topological position), of
     BLOCK_SIZES classes overlapping by half, each run to one device.
 
     A layer, or a stage of a pipeline, is several tie classes: hill climbing over single-class
     moves cannot move it when every class moved alone makes the step slower (it adds transfers
-    both ways) while moving all of them together makes it faster.
+    both ways) while moving all of them together makes it faster. `inst`: `_common.prepare(problem)`,
+    computed here when not given.
     """
     from tfplaceto.baselines import _common
 
-    inst = _common.prepare(problem)
+    inst = inst or _common.prepare(problem)
     position = np.empty(inst.num_nodes, np.int64)
     position[inst.order] = np.arange(inst.num_nodes)
     classes = np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
@@ -94,14 +95,23 @@ def block_moves(problem: Problem) -> local_search.Moves:
     return local_search.class_moves(inst, blocks)
 
 
+def _neighbourhoods(problem: Problem, blocks: local_search.Moves | None = None):
+    """(inst, single-class moves, block moves) of `problem`, prepared once for every climb."""
+    from tfplaceto.baselines import _common
+
+    inst = _common.prepare(problem)
+    return inst, local_search.class_moves(inst), block_moves(problem, inst) if blocks is None else blocks
+
+
 def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Generator,
-             deadline: float, blocks: local_search.Moves) -> None:
+             deadline: float, neighbourhoods) -> None:
     """Offers `placement` hill-climbed to a local optimum of single-class and block moves (or
-    to the deadline) to `best`."""
+    to the deadline) to `best`. `neighbourhoods`: `_neighbourhoods(problem)`."""
+    inst, singles, blocks = neighbourhoods
     current = placement
     while time.perf_counter() < deadline:
-        current = local_search.climb(problem, current, rng, deadline)
-        moved = local_search.climb(problem, current, rng, deadline, moves=blocks)
+        current = local_search.climb(problem, current, rng, deadline, inst, singles)
+        moved = local_search.climb(problem, current, rng, deadline, inst, blocks)
         if np.array_equal(moved, current):
             break
         current = moved
@@ -127,7 +137,7 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
     from tfplaceto.rl.train import make_logits_fn, rollout
 
     rng = np.random.default_rng(seed)
-    blocks = block_moves(problem) if blocks is None else blocks
+    neighbourhoods = _neighbourhoods(problem, blocks)
     if perturb is None:
         perturb = random_window_moves(problem, window or problem.num_nodes)
     else:
@@ -149,7 +159,7 @@ def improve(problem: Problem, network, best, seed: int = 0, deadline: float = fl
         for end in ends:
             if time.perf_counter() >= deadline:
                 break
-            _climbed(problem, end, best, rng, deadline, blocks)
+            _climbed(problem, end, best, rng, deadline, neighbourhoods)
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
         if on_round is not None:
             on_round(best)
@@ -203,14 +213,14 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
         step_time, _, oom = simulator.run(placement)
         best.offer(step_time, oom, placement)
     baseline = best.placement
-    blocks = block_moves(problem)
-    _climbed(problem, baseline, best, rng, deadline, blocks)
+    neighbourhoods = _neighbourhoods(problem)
+    _climbed(problem, baseline, best, rng, deadline, neighbourhoods)
 
     if perturb is None:
         env = PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed)
         rollout([env], make_logits_fn(network, env.observation_spec()), None)
         best.offer(env.best.step_time_s, env.best.oom, env.best.placement)
-        _climbed(problem, env.placement, best, rng, deadline, blocks)
+        _climbed(problem, env.placement, best, rng, deadline, neighbourhoods)
 
     tuning_s = deadline - SEARCH_BUDGET_S - time.perf_counter()
     if budget_s and tuning_s > 1.0:
@@ -232,7 +242,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
             bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
 
         best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb,
-                       on_round=on_round, blocks=blocks)
+                       on_round=on_round, blocks=neighbourhoods[2])
     return problem.tie(best.placement)
 
 
