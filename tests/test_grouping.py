@@ -81,3 +81,19 @@ def test_recurrent_layers_are_not_tied_together():
             tie = int(grouping.graph.colocation[grouping.op_to_group[op]])
             layers_of_tie.setdefault(tie, set()).add(op_graph.names[op].split("/")[1])
         assert all(len(layers) == 1 for layers in layers_of_tie.values()), (max_groups, layers_of_tie)
+
+
+def test_optimizer_step_counter_stays_with_its_reads(training_graph):
+    # Keras' Adam reads its step counter before the first update and increments it at the very
+    # end, from a constant emitted there: left in the last group, the increment would tie that
+    # group to the first update's, and through them the layers those groups update (NMT-4l: the
+    # embedding, the first encoder layer and the softmax on one device).
+    graph = training_graph
+    class_size = np.bincount(graph.colocation)
+    counter = [i for i in range(graph.num_ops) if graph.types[i] == "AssignAddVariableOp"
+               and class_size[graph.colocation[i]] > 10]  # the one variable read by every update
+    assert len(counter) == 1, [graph.names[i] for i in counter]
+    members = graph.colocation == graph.colocation[counter[0]]
+    for max_groups in (16, 64, 256):
+        grouping = tp.group(graph, max_groups)
+        assert len(np.unique(grouping.op_to_group[members])) == 1, max_groups

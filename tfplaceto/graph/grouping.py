@@ -370,6 +370,16 @@ def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.n
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
     predecessors = _csr(receivers, senders, op_graph.num_ops)
     successors = _csr(senders, receivers, op_graph.num_ops)
+    # A floating op alone in its class (a constant) has no home of its own: it follows the
+    # earliest home of the floating ops it feeds, so it does not hold them back (the optimizer's
+    # step counter increment, fed a constant emitted at the very end, would stay in the last
+    # group and tie it to every group reading the counter).
+    class_size = np.bincount(op_graph.colocation)
+    for node in order[::-1]:
+        cls = int(op_graph.colocation[node])
+        succs = successors(node)
+        if floating[node] and class_size[cls] == 1 and len(succs) and floating[succs].all():
+            home[cls] = min(home[int(op_graph.colocation[s])] for s in succs)
     for node in order:
         if not floating[node]:
             continue
