@@ -14,7 +14,10 @@ One episode improves one placement of one graph, one colocation class at a time:
   region of the graph (the placer's perturbation moves); the sum of rewards is still the episode's
   improvement. With `polish` (e.g. hill climbing), the placement is polished after the last step
   and the last reward includes the polish's gain: the return is then the improvement of the
-  polished result, which is what the placer's perturbation episodes are for.
+  polished result, which is what the placer's perturbation episodes are for. With `gains_only`,
+  the only reward is at the last step: max(0, improvement). The search keeps its best placement,
+  so a perturbation that ends worse costs it nothing more than one that changes nothing; scoring
+  losses would teach the policy to change nothing.
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory: an OOM placement is always worse than
 the same step time without OOM, and less overflow is better.
@@ -79,6 +82,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       order: "topological" or "random" order of the classes in an episode.
       window: visit only this many consecutive classes of the order per episode (None: all).
       polish: (problem, placement) -> placement applied after the last step (None: nothing).
+      gains_only: reward 0 until the last step, then the improvement if positive, else 0.
       seed: seeds problem sampling, random initial placements, random orders and windows.
       oom_penalty: see the module docstring.
       lookahead: simulate every allowed device for the current class (device features).
@@ -89,7 +93,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
     def __init__(self, problems: Problem | Sequence[Problem], initial: Initial | tuple = "random",
                  order: str = "topological", seed: int = 0, oom_penalty: float = 1.0,
                  lookahead: bool = True, dims: F.Dims | None = None, window: int | None = None,
-                 polish: Callable[[Problem, np.ndarray], np.ndarray] | None = None):
+                 polish: Callable[[Problem, np.ndarray], np.ndarray] | None = None,
+                 gains_only: bool = False):
         super().__init__()
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -104,6 +109,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
         self._polish = polish
+        self._gains_only = gains_only
         self._rng = np.random.default_rng(seed)
         self._oom_penalty = oom_penalty
         self._lookahead = lookahead
@@ -259,6 +265,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             self._placement = np.asarray(self._polish(self.problem, self._placement.copy()), np.int32)
         self._simulate()
         reward = np.float32((previous - self._cost) / self._initial_cost)
+        if self._gains_only:
+            last = self._t + 1 == len(self._order)
+            reward = np.float32(max(0.0, 1.0 - self._cost / self._initial_cost) if last else 0.0)
         self._t += 1
         if self._t >= len(self._order):
             return ts.termination(self._observe(), reward)

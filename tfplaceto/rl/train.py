@@ -159,7 +159,7 @@ def _best_from_json(payload: dict) -> Best:
 def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: str | None = None,
           seed: int = 0, rollouts_per_update: int = 4, initial: str | tuple = ("best", "single"),
           order: str = "topological", lookahead: bool = True, window: int | None = None,
-          polish: Callable | None = None, hidden: int = 32, rounds: int = 2,
+          polish: Callable | None = None, gains_only: bool = False, hidden: int = 32, rounds: int = 2,
           lookahead_prior: float = 50.0,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.01,
           gradient_clipping: float = 1.0, baseline_window: int = 16,
@@ -175,7 +175,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environments and the actions.
       rollouts_per_update: episodes per REINFORCE update (collected in lockstep).
-      initial, order, lookahead, window, polish, oom_penalty: see PlacementEnvironment.
+      initial, order, lookahead, window, polish, gains_only, oom_penalty: see PlacementEnvironment.
       hidden, rounds, lookahead_prior: the network (ignored when `network` is given).
       learning_rate, entropy_coefficient, gradient_clipping, baseline_window, max_train_steps:
         see PlacetoAgent.
@@ -195,7 +195,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
     initial = _shared(initial)
     envs = [PlacementEnvironment(problems, initial=initial, order=order, seed=int(s.generate_state(1)[0]),
                                  oom_penalty=oom_penalty, lookahead=lookahead, dims=dims, window=window,
-                                 polish=polish)
+                                 polish=polish, gains_only=gains_only)
             for s in seeds[:-1]]
     action_rng = np.random.default_rng(seeds[-1])
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, lookahead_prior=lookahead_prior,
