@@ -45,13 +45,12 @@ VARIANTS = ("local_search", "placeto", "untrained", "random moves")
 def run_variant(variant: str, problem: Problem, seed: int) -> np.ndarray:
     from tfplaceto import baselines
     from tfplaceto.policy import placer
-    from tfplaceto.policy.network import PlacetoNetwork
 
     if variant == "local_search":
         return baselines.run("local_search", problem, seed=seed)
     if variant == "placeto":
         return placer.place(problem, seed=seed)
-    untrained = PlacetoNetwork(seed=seed)  # with random moves, no network is called at all
+    untrained = placer.untrained_network(seed)  # with random moves, no network is called at all
     if variant == "untrained":
         return placer.place(problem, seed=seed, network=untrained)
     return placer.place(problem, seed=seed, network=untrained,

@@ -5,11 +5,11 @@ cifar10-cells and ptb-cells families (see tfplaceto/policy/placer.py). Here, hel
 (default 100..102, never seen in training) of each family are placed on each cluster by:
 - every fast baseline (`tfplaceto.place.COMPARED_BASELINES`); the best one and m-ETF are the bars;
 - zero-shot: `placer.place(problem)` with the shipped policy, no training on the graph;
-- prior only (ablation): the same search with untrained weights, so only the network's lookahead
-  prior acts: what the learned weights add is the difference;
+- untrained ("prior" column, an ablation): the same search with fresh weights in the shipped
+  policy's configuration: what the learned weights add is the difference;
 - per-graph policy: a policy trained from scratch on that graph alone for `--per-graph-minutes`
-  (same training setup as the shipped policy), then the same search with it; its result is the
-  best placement seen in training and search. The issue's comparison gives it the family policy's
+  (same training setup as the shipped policy: `placer.SearchRole`), then the same search with
+  it; its result is the best placement seen in training and search. The issue's comparison gives it the family policy's
   whole training time per graph; pass `--per-graph-minutes 20` for that (hours for all rows).
 Targets: zero-shot within 5% of the per-graph policy, at least as good as m-ETF; Placeto better
 than every baseline on at least half of the (graph, cluster) rows.
@@ -46,12 +46,12 @@ from learning import baseline_times, best_baseline  # noqa: E402
 def per_graph(problem: Problem, minutes: float, seed: int) -> tuple[float, float]:
     """(step time, wall seconds) of a policy trained on `problem` alone, then searched with."""
     from tfplaceto.policy import placer
-    from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.train import train
 
     start = time.perf_counter()
     result = train(problem, episodes=10**9, seed=seed, budget_s=minutes * 60,
-                   network=PlacetoNetwork(seed=seed), progress=False)
+                   network=placer.untrained_network(seed), progress=False,
+                   **placer.SearchRole(seed).train_kwargs())
     device_of = placer.place(problem, seed=seed, network=result.network)
     searched = float(problem.simulator().run(device_of)[0])
     trained = result.best[0].step_time_s
@@ -60,7 +60,6 @@ def per_graph(problem: Problem, minutes: float, seed: int) -> tuple[float, float
 
 def run_row(problem: Problem, graph: str, cluster: str, minutes: float, seed: int) -> dict:
     from tfplaceto.policy import placer
-    from tfplaceto.policy.network import PlacetoNetwork
 
     simulator = problem.simulator()
     times = baseline_times(problem)
@@ -68,7 +67,7 @@ def run_row(problem: Problem, graph: str, cluster: str, minutes: float, seed: in
     start = time.perf_counter()
     zero_shot = float(simulator.run(placer.place(problem, seed=seed))[0])
     zero_shot_wall = time.perf_counter() - start
-    prior = float(simulator.run(placer.place(problem, seed=seed, network=PlacetoNetwork(seed=seed)))[0])
+    prior = float(simulator.run(placer.place(problem, seed=seed, network=placer.untrained_network(seed)))[0])
     row = {"graph": graph, "cluster": cluster, "nodes": problem.num_nodes, "baselines": times,
            "best_baseline": method, "best_baseline_s": bar, "m_etf_s": times.get("m_etf", (None,))[0],
            "zero_shot_s": zero_shot, "zero_shot_wall_s": zero_shot_wall, "prior_only_s": prior}

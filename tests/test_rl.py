@@ -269,3 +269,43 @@ def test_block_moves_move_a_chain_that_single_moves_cannot():
     climbed = local_search.climb(problem, start, rng, float("inf"), moves=blocks)
     assert simulator.run(climbed)[0] == pytest.approx(4e-3)  # one chain per device
     assert len(set(climbed[:4])) == 1 and len(set(climbed[4:])) == 1 and climbed[0] != climbed[4]
+
+
+def test_search_role_episodes_perturb_a_local_optimum_and_end_climbed():
+    # Training in the search's role: episodes start where the search does (the best fast baseline,
+    # climbed) or from the best found so far, re-place a window, and are climbed; the return is
+    # the climbed improvement where positive.
+    problem = layered(seed=6, width=5, depth=6)
+    simulator = problem.simulator()
+    role = placer.SearchRole(seed=0)
+    start = role.start(problem, None).copy()
+    fast = next(iter(placer.starting_placements(problem).values()))
+    assert simulator.run(start)[0] <= simulator.run(fast)[0]
+    np.testing.assert_array_equal(placer.polish(problem, start, np.random.default_rng(1)), start)
+    ends = []
+    result = train(problem, episodes=12, seed=0, network=PlacetoNetwork(hidden=8, seed=0), progress=False,
+                   callback=lambda entry: ends.append(entry["step_time_s"]), **role.train_kwargs())
+    assert len(ends) == 12 and result.episodes == 12
+    np.testing.assert_array_equal(role.start(problem, None), start)
+    best = simulator.run(role.best(problem, None))[0]
+    assert best == pytest.approx(min([simulator.run(start)[0]] + ends))
+    assert best < simulator.run(start)[0]  # the perturbations left the optimum
+    assert result.best[0].step_time_s <= best
+
+
+def test_gains_only_rewards_the_positive_improvement_at_the_end():
+    problem = layered(seed=3)
+    finals = []
+    for seed in range(6):
+        env = PlacementEnvironment(problem, initial="single", seed=seed, window=4, gains_only=True)
+        rng = np.random.default_rng(seed)
+        step = env.reset()
+        rewards = []
+        while not step.is_last():
+            step = env.step(rng.choice(np.flatnonzero(step.observation[F.ACTION_MASK])))
+            rewards.append(float(step.reward))
+        summary = env.episode_summary()
+        assert rewards[:-1] == [0.0] * (len(rewards) - 1)
+        assert rewards[-1] == pytest.approx(max(0.0, summary["improvement"]), abs=1e-6)
+        finals.append(summary["improvement"])
+    assert min(finals) < 0 < max(finals)  # both kinds of episode were seen

@@ -3,7 +3,9 @@
   PRETRAINED_DIR       the policy shipped in the package (`pretrained/`: policy.json + weights.*).
   save_policy          writes a network there (or anywhere): its config and a tf.train.Checkpoint.
   load_policy          reads one back (None when there is none or it does not fit this code).
+  untrained_network    fresh weights in the shipped policy's configuration (for ablations).
   block_moves          moves of runs of consecutive tie classes to one device (a layer at once).
+  polish               hill climbing over single-class and block moves: every climb of the placer.
   improve              iterated local search, perturbing by policy episodes and random moves.
   random_window_moves  the random moves: a policy episode's window sent to random devices.
   place                the placer `tfplaceto.place(..., method="placeto")` calls.
@@ -17,8 +19,9 @@ so it is never worse than its starting placements):
    classes moved alone would add transfers both ways). Every "climb" below is this one.
 2. One greedy episode of the policy from there (every colocation class re-placed once, with the
    simulator's lookahead as features), climbed again.
-3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem (episodes start
-   from the best placement so far and from the best baseline) for the budget minus the search.
+3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem in the role
+   the search gives the policy (`SearchRole`: episodes re-place a window of the best placement so
+   far and are climbed; the return is the climbed improvement) for the budget minus the search.
 4. `improve` until the deadline (SEARCH_BUDGET_S without a budget: the default budget of
    `local_search`, so the two compare at equal wall time) or until PATIENCE rounds in a row find
    nothing better: each round perturbs the best placement ROLLOUTS times (WINDOW consecutive
@@ -29,12 +32,17 @@ so it is never worse than its starting placements):
 Deterministic given `seed` when the search stops by patience; a search cut by the deadline
 depends on the machine's speed (like local_search's).
 
-The shipped policy was trained with (about 20 minutes on 2 CPU cores; resumable, rerun to resume):
+The shipped policy was trained in that role (`SearchRole`: episodes re-place a window of a local
+optimum, are climbed, and return the climbed gain) with (20 minutes on 2 CPU cores, 4192 episodes;
+resumable, rerun to resume):
 
     python -m tfplaceto.policy.placer --train --logdir /tmp/placeto-pretrain --minutes 20
 
-which runs `tfplaceto.rl.train.train_family(["cifar10-cells", "ptb-cells"], ["2xK80", "4xV100",
-"8xV100"], num_graphs=3, ...)` and copies `LOGDIR/policy` into `pretrained/`.
+which trains fresh weights without a lookahead prior (`--lookahead-prior 0`: at first the
+episodes are close to random moves, the perturbation the policy has to beat) on members 0-2 of
+cifar10-cells and ptb-cells on 2xK80, 4xV100 and 8xV100, and copies `LOGDIR/policy` into
+`pretrained/`. `benchmarks/perturbations.py` measures the episodes against random moves and
+untrained weights on held-out members.
 """
 
 from __future__ import annotations
@@ -61,16 +69,23 @@ POLICY_ROLLOUTS = 2
 PATIENCE = 8  # rounds without improvement that end the search
 
 
-def _network(seed: int, policy_dir: str | None):
+def untrained_network(seed: int, like=None):
+    """Fresh weights (seeded) in the configuration of `like`, else of the shipped policy, else the
+    defaults: the "untrained" of the ablations, which differs from the policy in its weights only."""
     from tfplaceto.policy.network import PlacetoNetwork
 
+    like = like if like is not None else load_policy()
+    return PlacetoNetwork(**{**(like.config if like is not None else {}), "seed": seed})
+
+
+def _network(seed: int, policy_dir: str | None):
     network = load_policy(policy_dir)
     if network is None:
         where = policy_dir or "tfplaceto/policy/pretrained/ (nothing shipped)"
         warnings.warn(f"no trained Placeto policy in {where}; using freshly initialized weights "
                       f"(seed {seed}): placements are still valid and never worse than the best "
                       "baseline", stacklevel=3)
-        network = PlacetoNetwork(seed=seed)
+        network = untrained_network(seed)
     return network
 
 
@@ -103,11 +118,12 @@ def _neighbourhoods(problem: Problem, blocks: local_search.Moves | None = None):
     return inst, local_search.class_moves(inst), block_moves(problem, inst) if blocks is None else blocks
 
 
-def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Generator,
-             deadline: float, neighbourhoods) -> None:
-    """Offers `placement` hill-climbed to a local optimum of single-class and block moves (or
-    to the deadline) to `best`. `neighbourhoods`: `_neighbourhoods(problem)`."""
-    inst, singles, blocks = neighbourhoods
+def polish(problem: Problem, placement: np.ndarray, rng: np.random.Generator,
+           deadline: float = float("inf"), neighbourhoods=None) -> np.ndarray:
+    """`placement` hill-climbed to a local optimum of single-class and block moves in turn (or
+    to the deadline): every climb of the placer. `neighbourhoods`: `_neighbourhoods(problem)`,
+    prepared here when not given."""
+    inst, singles, blocks = neighbourhoods or _neighbourhoods(problem)
     current = placement
     while time.perf_counter() < deadline:
         current = local_search.climb(problem, current, rng, deadline, inst, singles)
@@ -115,6 +131,27 @@ def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Gener
         if np.array_equal(moved, current):
             break
         current = moved
+    return current
+
+
+def _start(problem: Problem, seed: int, rng: np.random.Generator, deadline: float, neighbourhoods):
+    """A `Best` holding where the search begins: the best fast baseline (by simulated (OOM,
+    step time)), climbed."""
+    from tfplaceto.rl.environment import Best
+
+    best = Best()
+    simulator = problem.simulator()
+    for placement in starting_placements(problem, seed).values():
+        step_time, _, oom = simulator.run(placement)
+        best.offer(step_time, oom, placement)
+    _climbed(problem, best.placement, best, rng, deadline, neighbourhoods)
+    return best
+
+
+def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Generator,
+             deadline: float, neighbourhoods) -> None:
+    """Offers `polish(problem, placement, ...)` to `best`."""
+    current = polish(problem, placement, rng, deadline, neighbourhoods)
     step_time, _, oom = problem.simulator().run(current)
     best.offer(step_time, oom, current)
 
@@ -184,6 +221,54 @@ def random_window_moves(problem: Problem, window: int):
     return perturb
 
 
+class SearchRole:
+    """The policy's part in the search as `train()` arguments: train it for the job it does.
+
+    The search perturbs its best placement (a local optimum of the placer's climbing) by
+    re-placing WINDOW consecutive classes, then climbs (`polish`), and keeps the best result.
+    Episodes of this role do the same: they start from a local optimum, re-place a window, and
+    are polished by the same climbing; the return is the improvement of the polished placement
+    when positive, else 0 (`gains_only`: the search loses nothing by a worse try, and scoring
+    losses teaches the policy to change nothing). Half the episodes start from the placer's start
+    (the best fast baseline, climbed), half from the best placement found so far (the search
+    moves on from its best too; alone it soon leaves nothing to find on small graphs).
+    `best`: when given (one problem), the best so far, shared with the caller (fine-tuning).
+    """
+
+    def __init__(self, seed: int = 0, best=None):
+        self._rng = np.random.default_rng(seed)
+        self._seed = seed
+        self._given = best
+        self._state: dict[int, tuple] = {}  # id(problem) -> (start, best, neighbourhoods)
+
+    def _of(self, problem: Problem) -> tuple:
+        key = id(problem)
+        if key not in self._state:
+            neighbourhoods = _neighbourhoods(problem)
+            best = self._given if self._given is not None else _start(
+                problem, self._seed, self._rng, float("inf"), neighbourhoods)
+            self._state[key] = (best.placement.copy(), best, neighbourhoods)
+        return self._state[key]
+
+    def start(self, problem: Problem, rng: np.random.Generator) -> np.ndarray:
+        return self._of(problem)[0]
+
+    def best(self, problem: Problem, rng: np.random.Generator) -> np.ndarray:
+        return self._of(problem)[1].placement
+
+    def polish(self, problem: Problem, placement: np.ndarray) -> np.ndarray:
+        _, best, neighbourhoods = self._of(problem)
+        polished = polish(problem, placement, self._rng, neighbourhoods=neighbourhoods)
+        step_time, _, oom = problem.simulator().run(polished)
+        best.offer(step_time, oom, polished)
+        return polished
+
+    def train_kwargs(self) -> dict:
+        """`initial`, `window`, `polish` and `gains_only` for `tfplaceto.rl.train.train`."""
+        return {"initial": (self.start, self.best), "window": WINDOW, "polish": self.polish,
+                "gains_only": True}
+
+
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
           policy_dir: str | None = None, network=None, perturb=None) -> np.ndarray:
     """The device index of every node of `problem` (module docstring).
@@ -199,22 +284,15 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
       perturb: for ablations, (rng, placement) -> placement: `improve` uses these moves instead of
         the policy's episodes, and the greedy policy episode (step 2) is skipped: no policy at all.
     """
-    from tfplaceto.rl.environment import Best, PlacementEnvironment
+    from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
 
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, SEARCH_BUDGET_S)
     network = network if network is not None else _network(seed, policy_dir)
     rng = np.random.default_rng(seed)
-    starts = starting_placements(problem, seed)
-    best = Best()
-    simulator = problem.simulator()
-    for placement in starts.values():
-        step_time, _, oom = simulator.run(placement)
-        best.offer(step_time, oom, placement)
-    baseline = best.placement
     neighbourhoods = _neighbourhoods(problem)
-    _climbed(problem, baseline, best, rng, deadline, neighbourhoods)
+    best = _start(problem, seed, rng, deadline, neighbourhoods)
 
     if perturb is None:
         env = PlacementEnvironment(problem, initial=lambda p, r: best.placement, seed=seed)
@@ -226,9 +304,8 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     if budget_s and tuning_s > 1.0:
         from tfplaceto.rl.train import train
 
-        result = train(problem, episodes=10**9, seed=seed, budget_s=tuning_s,
-                       initial=(lambda p, r: best.placement, lambda p, r: baseline),
-                       network=network, progress=False)
+        result = train(problem, episodes=10**9, seed=seed, budget_s=tuning_s, network=network,
+                       progress=False, **SearchRole(seed, best).train_kwargs())
         found = result.best[0]
         if found.placement is not None:
             best.offer(found.step_time_s, found.oom, found.placement)
@@ -259,6 +336,8 @@ def _main(argv=None) -> None:
     parser.add_argument("--clusters", default="2xK80,4xV100,8xV100")
     parser.add_argument("--num-graphs", type=int, default=3)
     parser.add_argument("--episodes", type=int, default=100000)
+    parser.add_argument("--lookahead-prior", type=float, default=0.0,
+                        help="initial weight of the simulator's lookahead in the logits")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-install", action="store_true", help="do not copy into pretrained/")
     args = parser.parse_args(argv)
@@ -277,14 +356,15 @@ def _main(argv=None) -> None:
     if remaining > 0:
         problems = [p for family in args.families.split(",")
                     for p in family_problems(family, args.clusters.split(","), args.num_graphs)]
-        train(problems, episodes=args.episodes, logdir=args.logdir, seed=args.seed, budget_s=remaining)
+        train(problems, episodes=args.episodes, logdir=args.logdir, seed=args.seed, budget_s=remaining,
+              lookahead_prior=args.lookahead_prior, **SearchRole(args.seed).train_kwargs())
     spent, episodes = progress()
     if not args.no_install:
         save_policy(load_policy(os.path.join(args.logdir, "policy")), PRETRAINED_DIR,
                     notes={"trained_by": "python -m tfplaceto.policy.placer --train --logdir D "
                            f"--minutes {args.minutes:g} --families {args.families} "
                            f"--clusters {args.clusters} --num-graphs {args.num_graphs} "
-                           f"--seed {args.seed}", "wall_s": spent, "episodes": episodes})
+                           f"--lookahead-prior {args.lookahead_prior:g} --seed {args.seed}", "wall_s": spent, "episodes": episodes})
 
 
 if __name__ == "__main__":
