@@ -5,8 +5,8 @@ time (`local_search`'s default budget, SEARCH_BUDGET_S = 10 s):
 - local_search: hill climbing from the best fast baseline (the yardstick of issue 4);
 - placeto: `tp.place(method="placeto")`, the shipped policy zero-shot (climb, a greedy policy
   episode, then iterated local search perturbing by sampled policy episodes and random moves);
-- untrained: the same placer with freshly initialized weights (only the network's lookahead prior
-  acts): what training adds is the difference;
+- untrained: the same placer with freshly initialized weights of the shipped configuration
+  (`placer.untrained_network`): what training adds is the difference;
 - random moves: the same iterated local search with every perturbation a random move
   (WINDOW consecutive classes to random allowed devices) and no policy episode: what the
   policy adds over plain iterated local search.
