@@ -20,8 +20,9 @@ so it is never worse than its starting placements):
 2. One greedy episode of the policy from there (every colocation class re-placed once, with the
    simulator's lookahead as features), climbed again.
 3. With budget_s > 0: REINFORCE fine-tuning of the shipped weights on this problem in the role
-   the search gives the policy (`SearchRole`: episodes re-place a window of the best placement so
-   far and are climbed; the return is the climbed improvement) for the budget minus the search.
+   the search gives the policy (`SearchRole`: episodes re-place a window of the climbed start or
+   of the best placement so far and are climbed; the return is the climbed gain) for the budget
+   minus the search.
 4. `improve` until the deadline (SEARCH_BUDGET_S without a budget: the default budget of
    `local_search`, so the two compare at equal wall time) or until PATIENCE rounds in a row find
    nothing better: each round perturbs the best placement ROLLOUTS times (WINDOW consecutive
