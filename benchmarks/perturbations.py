@@ -60,7 +60,7 @@ def run_row(problem: Problem, networks: dict, samples: int, seed: int) -> dict:
     from tfplaceto.policy import placer
 
     simulator = problem.simulator()
-    neighbourhoods = placer._neighbourhoods(problem)
+    neighbourhoods = placer.prepare_neighbourhoods(problem)
     start = placer._start(problem, seed, np.random.default_rng(seed), float("inf"), neighbourhoods).placement
     start_s = float(simulator.run(start)[0])
     row = {"nodes": problem.num_nodes, "start_s": start_s}
@@ -94,8 +94,8 @@ def load_problems(graphs: list[str], clusters: list[str]):
             yield from ((graph, c, p) for c, p in zip(clusters, family_problems(family, clusters, 1, int(member))))
             continue
         op_graph = import_graph(f"builtin:{graph}")
-        for cluster in clusters:
-            yield graph, cluster, make_problem(op_graph, as_cluster(cluster), profile(op_graph, as_cluster(cluster)))
+        for name, cluster in zip(clusters, map(as_cluster, clusters)):
+            yield graph, name, make_problem(op_graph, cluster, profile(op_graph, cluster))
 
 
 def main(argv=None) -> None:

@@ -251,7 +251,8 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     network = PlacetoNetwork(hidden=8, seed=0)
     no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
     found = placer.improve(problem, network, best, seed=0, window=3, patience=50,
-                           perturb=placer.random_window_moves(problem, 3), blocks=no_blocks)
+                           perturb=placer.random_window_moves(problem, 3),
+                           neighbourhoods=placer.prepare_neighbourhoods(problem, no_blocks))
     assert found.step_time_s == pytest.approx(3e-3)
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
 

@@ -5,6 +5,7 @@
   load_policy          reads one back (None when there is none or it does not fit this code).
   untrained_network    fresh weights in the shipped policy's configuration (for ablations).
   block_moves          moves of runs of consecutive tie classes to one device (a layer at once).
+  prepare_neighbourhoods  the moves every climb tries (single classes, blocks), prepared once.
   polish               hill climbing over single-class and block moves: every climb of the placer.
   improve              iterated local search, perturbing by policy episodes and random moves.
   random_window_moves  the random moves: a policy episode's window sent to random devices.
@@ -111,8 +112,9 @@ def block_moves(problem: Problem, inst=None) -> local_search.Moves:
     return local_search.class_moves(inst, blocks)
 
 
-def _neighbourhoods(problem: Problem, blocks: local_search.Moves | None = None):
-    """(inst, single-class moves, block moves) of `problem`, prepared once for every climb."""
+def prepare_neighbourhoods(problem: Problem, blocks: local_search.Moves | None = None):
+    """(inst, single-class moves, block moves (`blocks`, default `block_moves(problem)`)) of
+    `problem`: what `polish` and `improve` climb over, prepared once for every climb."""
     from tfplaceto.baselines import _common
 
     inst = _common.prepare(problem)
@@ -122,9 +124,9 @@ def _neighbourhoods(problem: Problem, blocks: local_search.Moves | None = None):
 def polish(problem: Problem, placement: np.ndarray, rng: np.random.Generator,
            deadline: float = float("inf"), neighbourhoods=None) -> np.ndarray:
     """`placement` hill-climbed to a local optimum of single-class and block moves in turn (or
-    to the deadline): every climb of the placer. `neighbourhoods`: `_neighbourhoods(problem)`,
-    prepared here when not given."""
-    inst, singles, blocks = neighbourhoods or _neighbourhoods(problem)
+    to the deadline): every climb of the placer. `neighbourhoods`:
+    `prepare_neighbourhoods(problem)`, prepared here when not given."""
+    inst, singles, blocks = neighbourhoods or prepare_neighbourhoods(problem)
     current = placement
     while time.perf_counter() < deadline:
         current = local_search.climb(problem, current, rng, deadline, inst, singles)
@@ -159,23 +161,22 @@ def _climbed(problem: Problem, placement: np.ndarray, best, rng: np.random.Gener
 
 def improve(problem: Problem, network, best, seed: int = 0, deadline: float = float("inf"),
             window: int | None = WINDOW, rollouts: int = ROLLOUTS, policy_rollouts: int = POLICY_ROLLOUTS,
-            patience: int = PATIENCE, perturb=None, on_round=None,
-            blocks: local_search.Moves | None = None):
+            patience: int = PATIENCE, perturb=None, on_round=None, neighbourhoods=None):
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
     Each round perturbs the best placement `rollouts` times, re-placing `window` consecutive
     classes: `policy_rollouts` of them are episodes sampled from the policy (seeded), the others
     random moves (`random_window_moves`, or `perturb` (rng, placement) -> placement when given,
     which then replaces the policy's episodes too: for ablations). Each perturbed placement is
-    hill-climbed (single-class moves, then `blocks`, default `block_moves(problem)`, in turn until
-    neither improves); the best placement seen is kept. Ends at `deadline` or after `patience`
+    hill-climbed (`polish` over `neighbourhoods`, default `prepare_neighbourhoods(problem)`); the
+    best placement seen is kept. Ends at `deadline` or after `patience`
     rounds in a row without improvement. `on_round(best)` is called after every round.
     """
     from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.train import make_logits_fn, rollout
 
     rng = np.random.default_rng(seed)
-    neighbourhoods = _neighbourhoods(problem, blocks)
+    neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
     if perturb is None:
         perturb = random_window_moves(problem, window or problem.num_nodes)
     else:
@@ -245,7 +246,7 @@ class SearchRole:
     def _of(self, problem: Problem) -> tuple:
         key = id(problem)
         if key not in self._state:
-            neighbourhoods = _neighbourhoods(problem)
+            neighbourhoods = prepare_neighbourhoods(problem)
             best = self._given if self._given is not None else _start(
                 problem, self._seed, self._rng, float("inf"), neighbourhoods)
             self._state[key] = (best.placement.copy(), best, neighbourhoods)
@@ -292,7 +293,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     deadline = began + max(budget_s or 0.0, SEARCH_BUDGET_S)
     network = network if network is not None else _network(seed, policy_dir)
     rng = np.random.default_rng(seed)
-    neighbourhoods = _neighbourhoods(problem)
+    neighbourhoods = prepare_neighbourhoods(problem)
     best = _start(problem, seed, rng, deadline, neighbourhoods)
 
     if perturb is None:
@@ -320,7 +321,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
             bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
 
         best = improve(problem, network, best, seed=seed, deadline=deadline, perturb=perturb,
-                       on_round=on_round, blocks=neighbourhoods[2])
+                       on_round=on_round, neighbourhoods=neighbourhoods)
     return problem.tie(best.placement)
 
 
