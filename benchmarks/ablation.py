@@ -3,15 +3,18 @@
 For every (graph, cluster) of the bench table, side by side in one run, each with the same wall
 time (`local_search`'s default budget, SEARCH_BUDGET_S = 10 s):
 - local_search: hill climbing from the best fast baseline (the yardstick of issue 4);
-- placeto: `tp.place(method="placeto")`, the shipped policy zero-shot (climb, a greedy policy
-  episode, then iterated local search perturbing by sampled policy episodes and random moves);
+- placeto: `tp.place(method="placeto")`, the shipped policy zero-shot: the search
+  (`tfplaceto.search`) from the best fast baseline and the policy's own placements, perturbing
+  by sampled policy episodes and random moves;
 - untrained: the same placer with freshly initialized weights of the shipped configuration
-  (`placer.untrained_network`): what training adds is the difference;
-- random moves: the same iterated local search with every perturbation a random move
-  (WINDOW consecutive classes to random allowed devices) and no policy episode: what the
-  policy adds over plain iterated local search.
+  (`policy="untrained"`): what training adds is the difference;
+- random moves: the same search from the best fast baseline alone, every perturbation a random
+  move (`search.random_window_moves`: WINDOW consecutive classes to random allowed devices): what
+  the policy adds over plain iterated local search.
 Figures: simulated step time (ms) per method, and per method the rows where it is strictly better
 than local_search and than every fast baseline.
+
+The variants are built through the public search API (`tfplaceto.search`, `tfplaceto.placeto`).
 
 Run: .venv/bin/python benchmarks/ablation.py [--graphs inception_v3,nmt_4l,nasnet]
      [--clusters 2xK80,4xK80,4xV100,8xV100] [--out ablation.json]
@@ -36,25 +39,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tfplaceto.problem import Problem  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from learning import baseline_times  # noqa: E402
-
 VARIANTS = ("local_search", "placeto", "untrained", "random moves")
 
 
+def baseline_times(problem: Problem) -> dict[str, tuple[float, bool]]:
+    """method -> (simulated step time, OOM) of every fast baseline."""
+    from tfplaceto.baselines import COMPARED_BASELINES, run
+
+    simulator = problem.simulator()
+    return {m: tuple(simulator.run(run(m, problem))[::2]) for m in COMPARED_BASELINES}
+
+
 def run_variant(variant: str, problem: Problem, seed: int) -> np.ndarray:
-    from tfplaceto import baselines
-    from tfplaceto.policy import placer
+    from tfplaceto import baselines, placeto, search
 
     if variant == "local_search":
         return baselines.run("local_search", problem, seed=seed)
     if variant == "placeto":
-        return placer.place(problem, seed=seed)
-    untrained = placer.untrained_network(seed)  # with random moves, no network is called at all
+        return placeto.place(problem, seed=seed)
     if variant == "untrained":
-        return placer.place(problem, seed=seed, network=untrained)
-    return placer.place(problem, seed=seed, network=untrained,
-                        perturb=placer.random_window_moves(problem, placer.WINDOW))
+        return placeto.place(problem, seed=seed, policy="untrained")
+    deadline = time.perf_counter() + search.BUDGET_S
+    start = search.best_baseline(problem, seed).placement
+    found = search.search(problem, [start], [(search.random_window_moves(problem), placeto.POLICY_PERTURBATIONS
+                                              + placeto.RANDOM_PERTURBATIONS)], seed=seed, deadline=deadline)
+    return found.placement
 
 
 def main(argv=None) -> None:
@@ -68,11 +77,8 @@ def main(argv=None) -> None:
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
     from tfplaceto.graph import import_graph
-    from tfplaceto.policy import placer
     from tfplaceto.problem import make_problem
 
-    if placer.load_policy() is None:
-        warnings.warn("no shipped policy: 'placeto' uses fresh weights", stacklevel=1)
     rows = []
     print(f"{'graph':14} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
           + "   (simulated ms; wall s in brackets)")

@@ -1,130 +1,110 @@
-"""Learning: how fast Placeto reaches the best baseline on Inception-V3 and NMT (4 layers), 4xV100.
+"""Does the policy learn? The policy alone, trained from fresh weights on one graph, beside its controls.
 
-For each graph (built-in training step, analytical costs, grouped as `tp.place` groups it):
-1. Baselines: every fast baseline `tp.optimize` compares; the best one is the bar.
-2. Learning curves, `--minutes` of wall time each, best simulated step time against episodes and
-   wall seconds: (a) from scratch (fresh weights, no lookahead prior: pure REINFORCE), (b) from
-   the shipped policy. Episodes start from the single-device and random placements (not from the
-   best baseline), so the curves measure what the policy learns, not where it starts.
-   Reported: episodes and minutes until the best step time reaches the best baseline, and until
-   it is within 5% of it. `--minutes 0` skips the curves.
-3. The placer as users call it: `tp.place(..., method="placeto", budget_s=--placer-minutes * 60)`
-   (shipped policy, search from the best baseline, fine-tuning, search: tfplaceto/policy/placer.py)
-   and zero-shot (`budget_s` None): target, with at most 10 minutes on these 2 cores, match or beat
-   the best baseline. local_search (10 s) is shown beside them as the stricter yardstick.
+For each graph (on one cluster), a policy is trained from fresh weights with the paper's MDP
+(random starts, every node visited once, intermediate rewards; `tfplaceto.rl.train.train`) for
+a fixed, seeded number of episodes. Every `--eval-every` episodes the policy alone is measured:
+greedy episodes from `--starts` fixed random starts (`method="placeto_policy"`: no search, no
+climbing), the mean simulated step time of their end placements. Flat references:
+- best fast baseline (the best of single, round_robin, expert, metis, m_topo, m_etf, m_sct, heft);
+- untrained weights: the same greedy episodes with fresh weights (the control);
+- uniform random actions: the same random starts, every node re-placed uniformly at random.
+Also the policy alone from the single-device start, at the end (where the best baseline is the
+single device, a policy that learned nothing scores 1.0x from that start: the random start is
+the one that counts).
 
-Writes a JSON of everything (--out), a PNG of the curves (--plot) and a table on stdout.
+Prints a table (last line: how many graphs reached 1.05x of the best baseline) and writes a
+JSON file and a PNG of the curves (against episodes and training wall time).
 
-Run: .venv/bin/python benchmarks/learning.py [--graphs inception_v3,nmt_4l] [--cluster 4xV100]
-     [--minutes 5] [--placer-minutes 10] [--out learning.json] [--plot learning.png]
+    python benchmarks/learning.py --graphs cifar10-cells/0 ptb-cells/0 --episodes 2048 \\
+        --out docs/learning.json --plot docs/learning.png
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util  # noqa: F401  baselines.available() uses importlib.util without importing it
 import json
-import os
-import pathlib
-import sys
 import time
-import warnings
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # runnable from a checkout without an install
-    sys.path.insert(0, str(ROOT))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
 
-from tfplaceto import baselines  # noqa: E402
-from tfplaceto.place import COMPARED_BASELINES  # noqa: E402
-from tfplaceto.problem import Problem  # noqa: E402
+TARGET = 1.05  # the policy alone within 5% of the best fast baseline
 
 
-def build_problem(graph: str, cluster: str) -> Problem:
-    """The grouped Problem of built-in `graph` on `cluster`, with analytical costs."""
+def problem_of(name: str, cluster: str):
     import tfplaceto as tp
     from tfplaceto.problem import make_problem
 
-    op_graph = tp.import_graph(f"builtin:{graph}")
-    return make_problem(op_graph, tp.Cluster.preset(cluster), tp.profile(op_graph, cluster))
+    op_graph = tp.import_graph(name if ":" in name else f"builtin:{name}")
+    cluster = tp.Cluster.preset(cluster)
+    return make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
 
 
-def baseline_times(problem: Problem) -> dict[str, tuple[float, bool]]:
-    """method -> (simulated step time, OOM) for every available compared baseline."""
-    simulator = problem.simulator()
-    times = {}
-    for method in COMPARED_BASELINES:
-        if method in baselines.available():
-            step_time, _, oom = simulator.run(baselines.run(method, problem))
-            times[method] = (float(step_time), bool(oom))
-    return times
+def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:
+    """End placements of episodes with uniform random actions from the same random starts."""
+    from tfplaceto.rl.environment import PlacementEnvironment
+
+    env = PlacementEnvironment(problem, batch_size=starts, initial="random", seed=seed)
+    rng = np.random.default_rng(seed)
+    step = env.reset()
+    while not step.is_last().all():
+        step = env.step(np.array([rng.choice(np.flatnonzero(m)) for m in step.observation["action_mask"]],
+                                 np.int32))
+    return [s["placement"] for s in env.pop_summaries()]
 
 
-def best_baseline(times: dict[str, tuple[float, bool]]) -> tuple[str, float]:
-    method = min(times, key=lambda m: (times[m][1], times[m][0]))
-    return method, times[method][0]
-
-
-def first_reaching(history: list[dict], target: float) -> dict | None:
-    """The first history entry whose best step time is <= target (None if never)."""
-    for entry in history:
-        if entry["best_step_time_s"] <= target * (1 + 1e-9):
-            return {"episode": entry["episode"], "minutes": entry["wall_s"] / 60}
-    return None
-
-
-def curve(problem: Problem, minutes: float, network, seed: int) -> dict:
-    from tfplaceto.rl.train import train
-
-    result = train(problem, episodes=10**9, seed=seed, budget_s=minutes * 60,
-                   initial=("single", "random"), network=network, progress=False)
-    history = [{"episode": h["episode"], "wall_s": h["wall_s"], "best_step_time_s": h["best_step_time_s"],
-                "step_time_s": h["step_time_s"]} for h in result.history]
-    return {"episodes": result.episodes, "wall_s": result.wall_s,
-            "best_step_time_s": result.best[0].step_time_s, "history": history}
-
-
-def run_graph(graph: str, cluster: str, minutes: float, placer_minutes: float, seed: int) -> dict:
-    from tfplaceto.policy import placer
+def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: int, seed: int,
+              lanes: int, log) -> dict:
+    from tfplaceto import search
+    from tfplaceto.baselines import COMPARED_BASELINES, run
     from tfplaceto.policy.network import PlacetoNetwork
+    from tfplaceto.rl.train import greedy_placements, train
 
-    start = time.perf_counter()
-    problem = build_problem(graph, cluster)
-    print(f"{graph}: {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops if problem.grouping else problem.num_nodes} ops, "
-          f"built in {time.perf_counter() - start:.0f} s", flush=True)
-    times = baseline_times(problem)
-    method, bar = best_baseline(times)
-    row = {"graph": graph, "cluster": cluster, "nodes": problem.num_nodes, "baselines": times,
-           "best_baseline": method, "best_baseline_s": bar, "curves": {}}
-    runs = {"scratch": lambda: PlacetoNetwork(seed=seed, lookahead_prior=0.0),
-            "shipped": placer.load_policy}
-    for name, make_network in runs.items() if minutes > 0 else ():
-        network = make_network()
-        if network is None:
-            row["curves"][name] = None
-            warnings.warn("no shipped policy: skipping the 'shipped' curve", stacklevel=1)
-            continue
-        result = curve(problem, minutes, network, seed)
-        result["reach_best_baseline"] = first_reaching(result["history"], bar)
-        result["reach_within_5pct"] = first_reaching(result["history"], bar * 1.05)
-        row["curves"][name] = result
-        print(f"  {name}: {result['episodes']} episodes in {result['wall_s'] / 60:.1f} min, best "
-              f"{result['best_step_time_s'] * 1e3:.3f} ms (best baseline {method} {bar * 1e3:.3f} ms); "
-              f"reached it: {result['reach_best_baseline']}; within 5%: {result['reach_within_5pct']}",
-              flush=True)
-    if placer_minutes > 0:
-        start = time.perf_counter()
-        device_of = placer.place(problem, seed=seed, budget_s=placer_minutes * 60)
-        step_time, _, oom = problem.simulator().run(device_of)
-        row["placer"] = {"budget_s": placer_minutes * 60, "wall_s": time.perf_counter() - start,
-                         "step_time_s": float(step_time), "oom": bool(oom),
-                         "vs_best_baseline": float(step_time) / bar}
-        print(f"  placer (shipped + {placer_minutes:g} min fine-tuning): {step_time * 1e3:.3f} ms, "
-              f"{step_time / bar:.3f}x the best baseline", flush=True)
-    zero_shot = placer.place(problem, seed=seed)
-    row["zero_shot_s"] = float(problem.simulator().run(zero_shot)[0])
-    row["local_search_s"] = float(problem.simulator().run(baselines.run("local_search", problem, seed=seed))[0])
-    return row
+    problem = problem_of(name, cluster)
+    simulator = problem.simulator()
+
+    def mean_step(placements) -> float:
+        return float(np.mean([simulator.run(p)[0] for p in placements]))
+
+    baselines = {m: float(simulator.run(run(m, problem, seed=seed))[0]) for m in COMPARED_BASELINES}
+    best_method = min(baselines, key=baselines.get)
+    best = search.best_baseline(problem, seed).step_time_s
+    eval_seed = 10_000 + seed  # evaluation starts differ from the training starts
+
+    def policy_alone(network, start="random") -> float:
+        return mean_step(greedy_placements(problem, network, start=start, starts=starts, seed=eval_seed))
+
+    network = PlacetoNetwork(seed=seed)
+    untrained = policy_alone(network)
+    random_moves = mean_step(random_actions(problem, starts, eval_seed))
+    curve = [{"episode": 0, "wall_s": 0.0, "step_time_s": untrained}]
+    evaluation_s = [0.0]
+
+    def on_episode(entry: dict) -> None:
+        if entry["episode"] % eval_every == 0:
+            wall = entry["wall_s"] - evaluation_s[0]  # training time only: earlier evaluations out
+            began = time.perf_counter()
+            step_time = policy_alone(network)
+            evaluation_s[0] += time.perf_counter() - began
+            curve.append({"episode": entry["episode"], "wall_s": wall, "step_time_s": step_time})
+            log(f"{name} {cluster}: episode {entry['episode']}, policy alone {step_time * 1e3:.3f} ms "
+                f"({step_time / best:.3f}x best baseline)")
+
+    result = train(problem, episodes=episodes, seed=seed, lanes=lanes, network=network, progress=False,
+                   callback=on_episode)
+    reached = next((p for p in curve if p["step_time_s"] <= TARGET * best), None)
+    final = curve[-1]["step_time_s"]
+    return {
+        "graph": name, "cluster": cluster, "nodes": problem.num_nodes, "episodes": result.episodes,
+        "decisions": result.decisions, "train_wall_s": result.wall_s - evaluation_s[0],
+        "best_baseline": best_method, "best_baseline_s": best, "baselines_s": baselines,
+        "single_is_best": best_method == "single", "untrained_s": untrained,
+        "random_actions_s": random_moves, "curve": curve, "final_s": final,
+        "final_over_best": final / best, "final_over_untrained": final / untrained,
+        "from_single_s": policy_alone(network, "single"),
+        "untrained_from_single_s": policy_alone(PlacetoNetwork(seed=seed), "single"),
+        "reached_episode": reached["episode"] if reached else None,
+        "reached_wall_s": reached["wall_s"] if reached else None,
+    }
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -133,64 +113,59 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
-    for row, (by_episode, by_time) in zip(rows, axes):
-        for name, result in row["curves"].items():
-            if not result or not result["history"]:
-                continue
-            episodes = [h["episode"] for h in result["history"]]
-            minutes = [h["wall_s"] / 60 for h in result["history"]]
-            best = [h["best_step_time_s"] * 1e3 for h in result["history"]]
-            by_episode.plot(episodes, best, label=name)
-            by_time.plot(minutes, best, label=name)
-        for axis, label in ((by_episode, "episodes"), (by_time, "wall minutes")):
-            axis.axhline(row["best_baseline_s"] * 1e3, color="k", linestyle="--",
-                         label=f"best baseline ({row['best_baseline']})")
-            axis.set_xlabel(label)
-            axis.set_ylabel("best step time (ms)")
-            axis.set_title(f"{row['graph']} on {row['cluster']}")
-            axis.legend()
+    fig, axes = plt.subplots(2, len(rows), figsize=(4.5 * len(rows), 7), squeeze=False)
+    for col, row in enumerate(rows):
+        for ax, key, label in ((axes[0, col], "episode", "episodes"), (axes[1, col], "wall_s", "training wall s")):
+            xs = [p[key] for p in row["curve"]]
+            ax.plot(xs, [p["step_time_s"] * 1e3 for p in row["curve"]], "o-", label="policy alone (greedy, random starts)")
+            for value, style, name in ((row["best_baseline_s"], "k-", f"best baseline ({row['best_baseline']})"),
+                                       (row["untrained_s"], "r--", "untrained weights"),
+                                       (row["random_actions_s"], "m:", "uniform random actions")):
+                ax.axhline(value * 1e3, color=style[0], linestyle=style[1:], label=name)
+            ax.set_yscale("log")
+            ax.set_xlabel(label)
+            ax.set_ylabel("simulated step time (ms)")
+            ax.set_title(f"{row['graph']} on {row['cluster']}")
+        axes[0, col].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=110)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", default="inception_v3,nmt_4l")
+    parser.add_argument("--graphs", nargs="+", default=["cifar10-cells/0", "ptb-cells/0", "nmt_4l", "inception_v3"])
     parser.add_argument("--cluster", default="4xV100")
-    parser.add_argument("--minutes", type=float, default=5.0, help="wall minutes per learning curve")
-    parser.add_argument("--placer-minutes", type=float, default=10.0, help="placer fine-tuning budget")
+    parser.add_argument("--episodes", type=int, nargs="+", default=[2048],
+                        help="training episodes, one for all graphs or one per graph")
+    parser.add_argument("--eval-every", type=int, default=128)
+    parser.add_argument("--starts", type=int, default=4, help="fixed random starts per evaluation")
+    parser.add_argument("--lanes", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="learning.json")
-    parser.add_argument("--plot", default="learning.png")
+    parser.add_argument("--out", default=None, help="JSON results")
+    parser.add_argument("--plot", default=None, help="PNG of the curves")
     args = parser.parse_args(argv)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    episodes = args.episodes * len(args.graphs) if len(args.episodes) == 1 else args.episodes
     rows = []
-    for graph in args.graphs.split(","):
-        rows.append(run_graph(graph, args.cluster, args.minutes, args.placer_minutes, args.seed))
-        with open(args.out, "w") as f:
-            json.dump(rows, f)
-    if args.plot:
-        plot(rows, args.plot)
-    print(f"\n{'graph':14} {'best baseline':>22} {'local_search':>12} {'zero-shot':>10} {'placer+ft':>10} "
-          f"{'scratch best':>13} {'shipped best':>13} {'scratch reach':>14} {'shipped reach':>14}")
-    for row in rows:
-        curves = row["curves"]
-
-        def cell(name, curves=curves):
-            result = curves.get(name)
-            return f"{result['best_step_time_s'] * 1e3:.3f}" if result else "-"
-
-        def reach(name, curves=curves):
-            result = curves.get(name)
-            hit = result and result["reach_best_baseline"]
-            return f"{hit['episode']}ep/{hit['minutes']:.1f}m" if hit else "never"
-
-        placed = row.get("placer")
-        print(f"{row['graph']:14} {row['best_baseline']:>10} {row['best_baseline_s'] * 1e3:9.3f}ms "
-              f"{row['local_search_s'] * 1e3:12.3f} {row['zero_shot_s'] * 1e3:10.3f} {placed['step_time_s'] * 1e3 if placed else float('nan'):10.3f} "
-              f"{cell('scratch'):>13} {cell('shipped'):>13} {reach('scratch'):>14} {reach('shipped'):>14}")
-    print(f"(ms of simulated step time; JSON: {args.out}; curves: {args.plot})")
+    for name, count in zip(args.graphs, episodes):
+        rows.append(run_graph(name, args.cluster, count, args.eval_every, args.starts, args.seed, args.lanes,
+                              log=lambda line: print(line, flush=True)))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=1)
+        if args.plot:
+            plot(rows, args.plot)
+    print(f"\n{'graph':<18} {'best baseline':>22} {'untrained':>10} {'random':>10} {'policy':>10} "
+          f"{'x best':>7} {'x untr.':>8} {'from single':>12} {'reached 1.05x at':>24}")
+    for r in rows:
+        reached = (f"{r['reached_episode']} ep / {r['reached_wall_s']:.0f} s" if r["reached_episode"] is not None
+                   else "not reached")
+        print(f"{r['graph']:<18} {r['best_baseline_s'] * 1e3:>10.3f} ms ({r['best_baseline']:>7}) "
+              f"{r['untrained_s'] * 1e3:>8.3f}ms {r['random_actions_s'] * 1e3:>8.3f}ms {r['final_s'] * 1e3:>8.3f}ms "
+              f"{r['final_over_best']:>7.3f} {r['final_over_untrained']:>8.3f} {r['from_single_s'] * 1e3:>10.3f}ms "
+              f"{reached:>24}")
+    met = sum(r["final_over_best"] <= TARGET for r in rows)
+    print(f"policy alone within {TARGET:.2f}x of the best fast baseline on {met}/{len(rows)} graphs; "
+          f"at most 0.8x untrained weights on {sum(r['final_over_untrained'] <= 0.8 for r in rows)}/{len(rows)}")
 
 
 if __name__ == "__main__":

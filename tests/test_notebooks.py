@@ -56,7 +56,7 @@ def test_02_keras_callback(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _rl_installed(), reason="policy not installed")
-def test_03_train_and_generalize(monkeypatch):
-    notebook = _run("03_train_and_generalize.ipynb", 900, monkeypatch)
+def test_03_train_a_policy(monkeypatch):
+    notebook = _run("03_train_a_policy.ipynb", 1800, monkeypatch)
     images = [o for o in _outputs(notebook, "display_data") if "image/png" in o.get("data", {})]
     assert images, "the learning curve is shown"

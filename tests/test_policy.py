@@ -1,4 +1,4 @@
-"""Policy features and network: node-level edges, reachability, padded observations, any device count."""
+"""Policy features and network: node-level edges, reachability, observations, features, any device count."""
 
 import numpy as np
 import pytest
@@ -26,18 +26,16 @@ def diamond_problem(cluster="2xV100", cpu_only=()):
     return Problem(graph, cluster, compute, allowed_devices(graph, cluster))
 
 
-def _observation(problem, step=0, dims=None):
+def _observation(problem, step=0, dims=None, placement=None):
     statics = F.graph_statics(problem)
-    dims = dims or F.dims_for([statics], [problem.num_devices])
-    placement = np.zeros(problem.num_nodes, np.int32)
-    result = problem.simulator().result(placement)
-    names = result.device_names
-    sim = F.SimState(result.step_time_s, result.node_start_s, result.node_end_s,
-                     np.array([result.busy_s[n] for n in names]),
-                     np.array([result.peak_memory_bytes[n] for n in names], float))
-    node = statics.steps[step]
-    return F.observation(statics, dims, placement, sim, step, np.zeros(problem.num_nodes),
-                         problem.allowed[node])
+    dims = dims or F.dims_for([statics])
+    placement = np.zeros(problem.num_nodes, np.int32) if placement is None else placement
+    start, end, peak = problem.simulator().schedule(placement)
+    busy = np.bincount(placement, weights=end - start, minlength=problem.num_devices)
+    obs = F.observation(statics, dims, 0, step, placement, np.zeros(problem.num_nodes), start, end,
+                        busy, peak.astype(float), float(end.max()))
+    packed = {k: tf.constant(v) for k, v in F.pack([statics], dims).items()}
+    return packed, {k: tf.constant(v[None]) for k, v in obs.items()}
 
 
 def test_node_edges_are_deduplicated_pairs_with_summed_bytes():
@@ -45,40 +43,53 @@ def test_node_edges_are_deduplicated_pairs_with_summed_bytes():
     senders, receivers, nbytes = F.node_edges(graph)
     pairs = dict(zip(zip(senders.tolist(), receivers.tolist()), nbytes.tolist()))
     assert pairs == {(0, 1): 12000, (0, 2): 4000, (1, 3): 4000, (2, 3): 4000}
-    gt = F.graphs_tuple(graph, np.zeros((4, 3)))
-    assert gt.n_node.tolist() == [4] and gt.n_edge.tolist() == [4]
 
 
-def test_reachability_of_a_diamond():
+def test_ancestors_and_descendants_of_each_step():
     statics = F.graph_statics(diamond_problem())
-    assert statics.ancestors[3].tolist() == [True, True, True, False]
-    assert statics.descendants[0].tolist() == [False, True, True, True]
-    # b and c are parallel: neither reaches the other.
-    assert not statics.ancestors[1, 2] and not statics.descendants[1, 2]
+    assert statics.steps.tolist()[0] == 0 and statics.steps.tolist()[-1] == 3
+    last, first = statics.num_steps - 1, 0
+    assert statics.step_ancestors[last].tolist() == [True, True, True, False]
+    assert statics.step_descendants[first].tolist() == [False, True, True, True]
+    b = statics.steps.tolist().index(1)  # b and c are parallel: neither reaches the other
+    assert not statics.step_ancestors[b, 2] and not statics.step_descendants[b, 2]
 
 
-def test_observation_matches_its_spec_and_pads_with_a_dummy_node():
+def test_observation_matches_its_spec():
     problem = diamond_problem("4xV100")
-    obs = _observation(problem)
-    spec = F.observation_spec(F.dims_for([F.graph_statics(problem)], [5]))
-    for key, array_spec in spec.items():
-        assert obs[key].shape == array_spec.shape and obs[key].dtype == array_spec.dtype, key
-    assert obs[F.NODE_MASK].tolist() == [1, 1, 1, 1, 0]
-    assert np.isfinite(obs[F.NODES]).all() and np.isfinite(obs[F.DEVICES]).all()
-    # The current node is on device 0, which is one of 5 device rows.
-    assert obs[F.DEVICES][:, 0].tolist() == [1, 0, 0, 0, 0]
+    statics = F.graph_statics(problem)
+    dims = F.dims_for([statics])
+    assert dims == F.Dims(nodes=5, edges=4, devices=5, steps=4)
+    _, obs = _observation(problem)
+    for key, array_spec in F.observation_spec(dims).items():
+        assert obs[key].shape[1:] == array_spec.shape and obs[key].dtype == array_spec.dtype, key
+
+
+def test_device_features_price_the_transfers_of_the_current_node():
+    # a on GPU 0, b (current) anywhere: receiving a's 12 kB on GPU 1 costs latency + bytes / bandwidth.
+    problem = diamond_problem("2xV100")
+    statics = F.graph_statics(problem)
+    b = statics.steps.tolist().index(1)
+    packed, obs = _observation(problem, step=b)
+    devices = F.compute_features(packed, obs).devices.numpy()[0]
+    cluster = problem.cluster
+    expected = (cluster.latency[0, 1] + 12000 / cluster.bandwidth[0, 1]) / statics.time_scale
+    assert devices[0, 4] == pytest.approx(0.0)  # receive on GPU 0: nothing moves
+    assert devices[1, 4] == pytest.approx(expected, rel=1e-4)
+    assert devices[:, 0].tolist() == [1, 0, 0]  # b is on GPU 0 now
+    assert devices[:, 10].tolist() == pytest.approx([1, 0, 0])  # all its input bytes are on GPU 0
 
 
 def test_one_network_scores_2_4_and_8_devices():
     network = PlacetoNetwork(hidden=16, rounds=2, seed=3)
     for cluster, devices in (("2xV100", 3), ("4xV100", 5), ("8xV100", 9)):
         problem = diamond_problem(cluster, cpu_only=[1])
-        obs = _observation(problem, step=1)  # node b: CPU only
-        logits = network({k: tf.constant(v[None]) for k, v in obs.items()}).numpy()[0]
+        statics = F.graph_statics(problem)
+        b = statics.steps.tolist().index(1)  # node b: CPU only
+        logits = network(*_observation(problem, step=b)).numpy()[0]
         assert logits.shape == (devices,)
         assert (logits[:-1] == MASKED_LOGIT).all() and logits[-1] > MASKED_LOGIT
-        obs = _observation(problem, step=0)
-        logits = network({k: tf.constant(v[None]) for k, v in obs.items()}).numpy()[0]
+        logits = network(*_observation(problem, step=0)).numpy()[0]
         assert np.isfinite(logits).all() and (logits > MASKED_LOGIT).all()
     assert len(network.trainable_variables) > 0
 
@@ -86,24 +97,17 @@ def test_one_network_scores_2_4_and_8_devices():
 def test_padding_does_not_change_the_logits():
     problem = diamond_problem("4xV100")
     network = PlacetoNetwork(hidden=16, seed=1)
-    tight = _observation(problem)
-    padded = _observation(problem, dims=F.Dims(nodes=12, edges=20, devices=9))
-    small = network({k: tf.constant(v[None]) for k, v in tight.items()}).numpy()[0]
-    large = network({k: tf.constant(v[None]) for k, v in padded.items()}).numpy()[0]
+    placement = np.array([0, 1, 2, 1], np.int32)
+    small = network(*_observation(problem, step=2, placement=placement)).numpy()[0]
+    padded = _observation(problem, step=2, placement=placement, dims=F.Dims(nodes=12, edges=20, devices=9, steps=7))
+    large = network(*padded).numpy()[0]
     np.testing.assert_allclose(large[:5], small, rtol=1e-5, atol=1e-5)
     assert (large[5:] == MASKED_LOGIT).all()
 
 
 def test_same_seed_same_weights():
-    spec = F.observation_spec(F.Dims(nodes=3, edges=2, devices=2))
     first, second = PlacetoNetwork(seed=7), PlacetoNetwork(seed=7)
-    first.warm_up(spec)
-    second.warm_up(spec)
+    first.warm_up()
+    second.warm_up()
     for a, b in zip(first.trainable_variables, second.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-
-
-@pytest.mark.parametrize("bad", [F.Dims(nodes=4, edges=10, devices=5), F.Dims(nodes=8, edges=10, devices=2)])
-def test_observation_refuses_dims_too_small(bad):
-    with pytest.raises(ValueError, match="exceeds the padded sizes"):
-        _observation(diamond_problem("4xV100"), dims=bad)

@@ -1,21 +1,21 @@
-"""The Placeto MDP, the REINFORCE agent, training (determinism, resume) and the placer."""
+"""The Placeto MDP, the REINFORCE agent, training (learning, determinism, resume), the search and the placer."""
 
 import json
 import os
-import warnings
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfplaceto as tp
+from tfplaceto import errors, placeto, search
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy import features as F
-from tfplaceto.policy import placer
+from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import PlacetoNetwork
-from tfplaceto.problem import Problem, allowed_devices
+from tfplaceto.problem import Best, Problem, allowed_devices
+from tfplaceto.rl.agent import as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import make_logits_fn, rollout, train
+from tfplaceto.rl.train import greedy_placements, train
 
 
 def _gpus(count, memory=16 * 10**9):
@@ -57,60 +57,61 @@ def layered(seed=0, width=4, depth=5, devices=3, cpu_only=()):
 
 
 def _random_episode(env, seed):
+    """Random allowed actions in every lane until they all end; the rewards [steps, lanes]."""
     rng = np.random.default_rng(seed)
     step = env.reset()
     rewards = []
-    while not step.is_last():
-        action = rng.choice(np.flatnonzero(step.observation[F.ACTION_MASK]))
-        step = env.step(np.int32(action))
-        rewards.append(float(step.reward))
-    return rewards
+    while not step.is_last().all():
+        actions = [rng.choice(np.flatnonzero(mask)) for mask in step.observation[F.ACTION_MASK]]
+        step = env.step(np.array(actions, np.int32))
+        rewards.append(step.reward.copy())
+    return np.array(rewards)
 
 
 @pytest.mark.parametrize("order,window", [("topological", None), ("random", None), ("topological", 6)])
 def test_rewards_sum_to_the_total_improvement(order, window):
     problem = layered(seed=1)
-    env = PlacementEnvironment(problem, initial="random", order=order, seed=4, window=window)
-    for episode in range(3):
+    env = PlacementEnvironment(problem, batch_size=3, initial="random", order=order, seed=4, window=window)
+    for episode in range(2):
         rewards = _random_episode(env, episode)
-        summary = env.episode_summary()
-        assert not summary["oom"] and len(rewards) == summary["steps"] == (window or problem.num_nodes)
-        t0, final = summary["initial_step_time_s"], summary["step_time_s"]
-        assert sum(rewards) == pytest.approx((t0 - final) / t0, abs=1e-5)
-        assert final == pytest.approx(problem.simulator().run(env.placement)[0])
+        summaries = env.pop_summaries()
+        assert len(summaries) == 3 and rewards.shape == (window or problem.num_nodes, 3)
+        for lane, summary in enumerate(summaries):
+            assert not summary["oom"] and summary["steps"] == (window or problem.num_nodes)
+            t0, final = summary["initial_step_time_s"], summary["step_time_s"]
+            assert rewards[:, lane].sum() == pytest.approx((t0 - final) / t0, abs=1e-5)
+            assert final == pytest.approx(problem.simulator().run(summary["placement"])[0])
+
+
+def test_the_environment_keeps_the_tf_agents_contract():
+    from tf_agents.environments import utils
+
+    # Lanes of different problems end at different steps: each resets on its own (auto-reset).
+    env = PlacementEnvironment([layered(seed=1), layered(seed=2, depth=3)], batch_size=2, seed=0,
+                               same_problem=False)
+    utils.validate_py_environment(env, episodes=3)
+    step = env.reset()
+    kinds = set()
+    for _ in range(40):
+        step = env.step(np.array([np.flatnonzero(m)[0] for m in step.observation[F.ACTION_MASK]], np.int32))
+        kinds.add(tuple(step.step_type.tolist()))
+    assert (0, 1) in kinds or (1, 0) in kinds  # one lane restarted while the other went on
 
 
 def test_a_window_episode_re_places_consecutive_classes_only():
     problem = layered(seed=2)
     start = np.zeros(problem.num_nodes, np.int32)
-    env = PlacementEnvironment(problem, initial=start, seed=3, window=5)
+    env = PlacementEnvironment(problem, batch_size=4, initial=start, seed=3, window=5)
     statics = F.graph_statics(problem)
     position = {int(node): k for k, node in enumerate(statics.steps)}  # node -> its step
-    for episode in range(4):
-        step = env.reset()
-        rng = np.random.default_rng(episode)
-        while not step.is_last():  # always a device other than 0, so every visited class moves
-            step = env.step(np.int32(rng.choice(np.flatnonzero(step.observation[F.ACTION_MASK][1:]) + 1)))
-        moved = sorted(position[int(n)] for n in np.flatnonzero(env.placement != start))
+    step = env.reset()
+    rng = np.random.default_rng(0)
+    while not step.is_last().all():  # always a device other than 0, so every visited class moves
+        step = env.step(np.array([rng.choice(np.flatnonzero(m[1:]) + 1) for m in step.observation[F.ACTION_MASK]],
+                                 np.int32))
+    for summary in env.pop_summaries():
+        moved = sorted(position[int(n)] for n in np.flatnonzero(summary["placement"] != start))
         assert len(moved) == 5 and moved[-1] - moved[0] == 4
-
-
-def test_a_polished_episode_returns_the_polished_improvement():
-    from tfplaceto.baselines import local_search
-
-    problem = layered(seed=3)
-
-    def polish(p, placement):
-        return local_search.climb(p, placement, np.random.default_rng(0), float("inf"))
-
-    env = PlacementEnvironment(problem, initial="random", seed=5, window=4, polish=polish)
-    for episode in range(3):
-        rewards = _random_episode(env, episode)
-        summary = env.episode_summary()
-        t0, final = summary["initial_step_time_s"], summary["step_time_s"]
-        assert sum(rewards) == pytest.approx((t0 - final) / t0, abs=1e-5)
-        # The end placement is a local optimum: climbing it again changes nothing.
-        np.testing.assert_array_equal(polish(problem, env.placement), env.placement)
 
 
 def test_oom_is_penalized():
@@ -118,31 +119,43 @@ def test_oom_is_penalized():
     small = tp.Cluster(_gpus(2, memory=2_500_000), name="small")
     problem = Problem(problem.graph, small, problem.compute_s, problem.allowed)
     env = PlacementEnvironment(problem, initial="single", seed=0)
-    step = env.reset()
-    assert env.oom  # 3 MB of outputs on one 2.5 MB device
+    env.reset()
+    assert env.step_times()[0] == pytest.approx(6e-3)
+    statics = env.statics[0]
     rewards = []
-    for action in (1, 1, 1, 0, 0, 0):  # one chain per device: fits
-        step = env.step(np.int32(action))
-        rewards.append(float(step.reward))
-    assert not env.oom and sum(rewards) > 0.5  # more than the step-time gain alone
+    for step in range(statics.num_steps):  # one chain per device: fits
+        chain = problem.graph.names[statics.steps[step]][0]
+        rewards.append(float(env.step(np.array([int(chain == "b")], np.int32)).reward[0]))
+    summary = env.pop_summaries()[0]
+    assert not summary["oom"] and sum(rewards) > 0.5  # more than the step-time gain alone (0.5)
 
 
-def test_masked_devices_are_never_chosen():
+def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():
+    from tf_agents.policies import py_tf_eager_policy
+
+    from tfplaceto.rl.agent import PlacetoPolicy
+    from tfplaceto.rl.train import collect, specs
+
     problem = layered(seed=2, cpu_only=[0, 5, 9, 13])
-    env = PlacementEnvironment(problem, initial="random", seed=0)
-    network = PlacetoNetwork(hidden=8, seed=0, lookahead_prior=0.0)
-    network.warm_up(env.observation_spec())
-    logits_fn = make_logits_fn(network, env.observation_spec())
-    for seed in range(3):
-        experience, weights, _ = rollout([env], logits_fn, np.random.default_rng(seed))
+    env = PlacementEnvironment(problem, batch_size=3, initial="random", seed=0)
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
+    policy = py_tf_eager_policy.PyTFEagerPolicy(
+        PlacetoPolicy(*specs(env), network, as_tensors(F.pack(env.statics, env.dims)), seed=1),
+        use_tf_function=True, batch_time_steps=False)
+    time_step = env.reset()
+    for _ in range(2):
+        experience, weights, time_step = collect(env, policy, time_step)
+        assert experience.action.shape == (3, problem.num_nodes + 1)  # the last step is the boundary
+        assert weights[:, :-1].all() and not weights[:, -1].any()
         mask = experience.observation[F.ACTION_MASK][weights > 0]
         assert mask[np.arange(len(mask)), experience.action[weights > 0]].all()
-        assert (env.placement[[0, 5, 9, 13]] == 2).all()
+        for summary in env.pop_summaries():
+            assert (summary["placement"][[0, 5, 9, 13]] == 2).all()
     step = env.reset()
-    while step.observation[F.CURRENT] != 5:
-        step = env.step(np.int32(2))
-    with pytest.raises(ValueError, match="masked"):
-        env.step(np.int32(0))
+    while env.statics[0].steps[step.observation[F.STEP][0]] != 5:
+        step = env.step(np.array([2, 2, 2], np.int32))
+    with pytest.raises(ValueError, match="masked"):  # node 5 has no kernel on device 0
+        env.step(np.array([0, 0, 0], np.int32))
 
 
 def test_colocated_nodes_move_together():
@@ -156,34 +169,40 @@ def test_colocated_nodes_move_together():
     env = PlacementEnvironment(problem, initial="random", seed=1)
     rewards = _random_episode(env, 0)
     assert len(rewards) == problem.num_nodes - 1
-    assert env.placement[2] == env.placement[7]
+    placement = env.pop_summaries()[0]["placement"]
+    assert placement[2] == placement[7]
 
 
-def _greedy_step_time(network, problem, initial="single"):
-    env = PlacementEnvironment(problem, initial=initial, seed=0)
-    rollout([env], make_logits_fn(network, env.observation_spec()), None)
-    return env.step_time_s
+def _policy_alone(network, problem, starts=8):
+    """Mean step time of the policy's greedy episodes from random starts."""
+    placements = greedy_placements(problem, network, start="random", starts=starts, seed=100)
+    return np.mean([problem.simulator().run(p)[0] for p in placements])
 
 
-def test_agent_learns_the_best_placement_of_two_chains():
-    problem = two_chains()
-    # No lookahead prior: what the policy knows it learns from the rewards.
-    network = PlacetoNetwork(hidden=16, seed=0, lookahead_prior=0.0)
-    result = train(problem, episodes=96, seed=0, rollouts_per_update=4, initial="single",
-                   learning_rate=3e-2, network=network, progress=False)
-    improvements = [h["improvement"] for h in result.history]
-    assert np.mean(improvements[-16:]) > np.mean(improvements[:16]) + 0.1
-    assert result.best[0].step_time_s == pytest.approx(3e-3)
-    assert _greedy_step_time(result.network, problem) == pytest.approx(3e-3)
+@pytest.mark.parametrize("learning_rate", [1e-2, 0.0])
+def test_the_policy_alone_learns_to_split_two_chains(learning_rate):
+    # Chains of 4 ops (1 ms each) with 100 MB (4 ms over NVLink) between consecutive ops: the best
+    # placement is one chain per device (4 ms); one device takes 8 ms; a random placement moves
+    # tensors ~4 times (~20 ms). Untrained weights miss the best placement; trained ones reach it
+    # from random starts, and without the gradient step (learning rate 0) nothing is learned.
+    problem = two_chains(length=4, megabytes=100)
+    untrained = _policy_alone(PlacetoNetwork(hidden=16, rounds=2, seed=0), problem)
+    result = train(problem, episodes=640, lanes=16, seed=0, hidden=16, rounds=2,
+                   learning_rate=learning_rate, progress=False)
+    trained = _policy_alone(result.network, problem)
+    assert untrained > 6e-3
+    if learning_rate:
+        assert trained == pytest.approx(4e-3, rel=0.02)
+    else:
+        assert trained == pytest.approx(untrained)
 
 
 def test_training_is_deterministic_and_resumes_exactly(tmp_path):
     problem = layered(seed=4)
 
     def run(episodes, logdir=None):
-        result = train(problem, episodes=episodes, seed=5, rollouts_per_update=2, hidden=8,
-                       initial=("random", "single"), logdir=logdir, checkpoint_every=1,
-                       progress=False)
+        result = train(problem, episodes=episodes, seed=5, lanes=2, hidden=8, rounds=2,
+                       initial=("random", "single"), logdir=logdir, checkpoint_every=1, progress=False)
         return [v.numpy() for v in result.network.trainable_variables], result
 
     straight, straight_result = run(8)
@@ -195,50 +214,65 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert [h["step_time_s"] for h in resumed_result.history] == pytest.approx(
         [h["step_time_s"] for h in straight_result.history])
-    with open(os.path.join(logdir, "state.json")) as f:
-        assert json.load(f)["episodes"] == 8
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["episodes"] == 8 and summary["decisions"] == 8 * problem.num_nodes
+    assert load_policy(summary["policy_dir"]).config == resumed_result.network.config
 
 
 def test_saved_policy_reloads_to_identical_actions(tmp_path):
     problem = layered(seed=5)
-    network = PlacetoNetwork(hidden=8, seed=9, lookahead_prior=0.0)
-    env = PlacementEnvironment(problem, initial="random", seed=0)
-    network.warm_up(env.observation_spec())
-    placer.save_policy(network, str(tmp_path / "policy"))
-    loaded = placer.load_policy(str(tmp_path / "policy"))
-    experience, weights, _ = rollout([env], make_logits_fn(network, env.observation_spec()), None)
-    observation = {k: tf.constant(v[0]) for k, v in experience.observation.items()}
-    np.testing.assert_array_equal(network(observation).numpy(), loaded(observation).numpy())
+    network = PlacetoNetwork(hidden=8, rounds=3, seed=9)
+    save_policy(network, str(tmp_path / "policy"))
+    loaded = load_policy(str(tmp_path / "policy"))
     assert loaded.config == network.config
+    first = greedy_placements(problem, network, starts=3, seed=2)
+    second = greedy_placements(problem, loaded, starts=3, seed=2)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
 
 
-def test_placer_is_valid_deterministic_and_never_worse_than_its_start(tmp_path):
+@pytest.mark.parametrize("corrupt", ["missing", "json", "weights"])
+def test_a_named_policy_that_does_not_load_is_an_error(tmp_path, corrupt):
+    directory = tmp_path / "policy"
+    if corrupt != "missing":
+        save_policy(PlacetoNetwork(hidden=8, rounds=2, seed=0), str(directory))
+        target = directory / ("policy.json" if corrupt == "json" else "weights.index")
+        target.write_text("{not json")
+    with pytest.raises(errors.PolicyError):
+        tp.place(layered(seed=1).graph, layered(seed=1).cluster, method="placeto_policy",
+                 costs=layered(seed=1).compute_s, policy=str(directory))
+
+
+def test_placeto_policy_is_the_policy_alone():
     problem = layered(seed=6, cpu_only=[3])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        first = placer.place(problem, seed=0, policy_dir=str(tmp_path / "none"))
-    assert any("freshly initialized" in str(w.message) for w in caught)
-    second = placer.place(problem, seed=0, policy_dir=str(tmp_path / "none"))
+    simulator = problem.simulator()
+    untrained = placeto.policy_placement(problem, policy="untrained", start="random", seed=0)
+    again = placeto.policy_placement(problem, policy="untrained", start="random", seed=0)
+    np.testing.assert_array_equal(untrained, again)
+    assert problem.allowed[np.arange(problem.num_nodes), untrained].all()
+    # Its end placement is the greedy episode's: the same as greedy_placements gives.
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
+    alone = placeto.policy_placement(problem, policy=network, start="single", seed=0)
+    np.testing.assert_array_equal(alone, greedy_placements(problem, network, start="single")[0])
+    assert simulator.run(alone)[0] > 0
+
+
+def test_placer_is_valid_deterministic_and_never_worse_than_the_best_baseline():
+    problem = layered(seed=6, cpu_only=[3])
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
+    first = placeto.place(problem, seed=0, policy=network)
+    second = placeto.place(problem, seed=0, policy=network)
     np.testing.assert_array_equal(first, second)
     assert problem.allowed[np.arange(problem.num_nodes), first].all()
     simulator = problem.simulator()
-    start = next(iter(placer.starting_placements(problem).values()))
-    assert simulator.run(first)[0] <= simulator.run(start)[0]
-
-
-def test_placer_uses_the_shipped_policy_when_there_is_one():
-    if placer.load_policy() is None:
-        pytest.skip("no policy shipped in tfplaceto/policy/pretrained/")
-    problem = two_chains()
-    device_of = placer.place(problem, seed=0)
-    assert problem.simulator().run(device_of)[0] <= 6e-3
+    assert simulator.run(first)[0] <= search.best_baseline(problem).step_time_s
 
 
 def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     # Chains of 3 with 100 MB between links (4 ms over NVLink, each op 1 ms): from "all on one
     # device" every single move adds a transfer (worse), only moving a whole chain helps.
-    from tfplaceto.baselines import local_search
-    from tfplaceto.rl.environment import Best
+    from tfplaceto.baselines import _common, local_search
 
     problem = two_chains(megabytes=100)
     simulator = problem.simulator()
@@ -248,11 +282,10 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     assert simulator.run(climbed)[0] == pytest.approx(6e-3)  # stuck
     best = Best()
     best.offer(simulator.run(start)[0], False, start)
-    network = PlacetoNetwork(hidden=8, seed=0)
+    inst = _common.prepare(problem)
     no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
-    found = placer.improve(problem, network, best, seed=0, window=3, patience=50,
-                           perturb=placer.random_window_moves(problem, 3),
-                           neighbourhoods=placer.prepare_neighbourhoods(problem, no_blocks))
+    found = search.improve(problem, best, [(search.random_window_moves(problem, 3), 2)], seed=0,
+                           patience=50, neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))
     assert found.step_time_s == pytest.approx(3e-3)
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
 
@@ -265,48 +298,8 @@ def test_block_moves_move_a_chain_that_single_moves_cannot():
     start = np.zeros(problem.num_nodes, np.int32)
     rng = np.random.default_rng(0)
     assert simulator.run(local_search.climb(problem, start, rng, float("inf")))[0] == pytest.approx(8e-3)
-    blocks = placer.block_moves(problem)
+    blocks = search.block_moves(problem)
     assert {len(nodes) for nodes in blocks.nodes} == {2, 4}  # runs of 2 and 4 classes (of 8)
     climbed = local_search.climb(problem, start, rng, float("inf"), moves=blocks)
     assert simulator.run(climbed)[0] == pytest.approx(4e-3)  # one chain per device
     assert len(set(climbed[:4])) == 1 and len(set(climbed[4:])) == 1 and climbed[0] != climbed[4]
-
-
-def test_search_role_episodes_perturb_a_local_optimum_and_end_climbed():
-    # Training in the search's role: episodes start where the search does (the best fast baseline,
-    # climbed) or from the best found so far, re-place a window, and are climbed; the return is
-    # the climbed improvement where positive.
-    problem = layered(seed=6, width=5, depth=6)
-    simulator = problem.simulator()
-    role = placer.SearchRole(seed=0)
-    start = role.start(problem, None).copy()
-    fast = next(iter(placer.starting_placements(problem).values()))
-    assert simulator.run(start)[0] <= simulator.run(fast)[0]
-    np.testing.assert_array_equal(placer.polish(problem, start, np.random.default_rng(1)), start)
-    ends = []
-    result = train(problem, episodes=12, seed=0, network=PlacetoNetwork(hidden=8, seed=0), progress=False,
-                   callback=lambda entry: ends.append(entry["step_time_s"]), **role.train_kwargs())
-    assert len(ends) == 12 and result.episodes == 12
-    np.testing.assert_array_equal(role.start(problem, None), start)
-    best = simulator.run(role.best(problem, None))[0]
-    assert best == pytest.approx(min([simulator.run(start)[0]] + ends))
-    assert best < simulator.run(start)[0]  # the perturbations left the optimum
-    assert result.best[0].step_time_s <= best
-
-
-def test_gains_only_rewards_the_positive_improvement_at_the_end():
-    problem = layered(seed=3)
-    finals = []
-    for seed in range(6):
-        env = PlacementEnvironment(problem, initial="single", seed=seed, window=4, gains_only=True)
-        rng = np.random.default_rng(seed)
-        step = env.reset()
-        rewards = []
-        while not step.is_last():
-            step = env.step(rng.choice(np.flatnonzero(step.observation[F.ACTION_MASK])))
-            rewards.append(float(step.reward))
-        summary = env.episode_summary()
-        assert rewards[:-1] == [0.0] * (len(rewards) - 1)
-        assert rewards[-1] == pytest.approx(max(0.0, summary["improvement"]), abs=1e-6)
-        finals.append(summary["improvement"])
-    assert min(finals) < 0 < max(finals)  # both kinds of episode were seen

@@ -26,7 +26,18 @@ from tfplaceto.rewrite import apply_placement
 from tfplaceto.sim import SimResult, lower_bound, simulate
 
 __version__ = "0.1.0"
+
+
+def train(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0, **config):
+    """Trains a Placeto policy on every source on every cluster for `episodes` episodes (seeded),
+    resuming from `logdir`'s last checkpoint; returns a `tfplaceto.rl.train.TrainResult` with
+    `policy_dir` (usable as `place(..., policy=...)`), `episodes`, `decisions`, `wall_s` and
+    `best_step_time_s` (per source and cluster). `config`: arguments of `tfplaceto.rl.train.train`.
+    """
+    from tfplaceto.rl.train import train_sources  # TF-Agents loads only when training
+
+    return train_sources(sources, clusters, episodes, logdir, seed=seed, actors=actors, **config)
 __all__ = ["METHODS", "Cluster", "CostProfile", "Device", "Link", "LocalTFCluster", "MeasureResult", "OpGraph",
            "OptimizeResult", "Placement", "RemoteTFCluster", "SimResult", "apply_placement", "calibrate_links",
            "calibrated_cluster", "errors", "group", "keras", "import_graph", "lower_bound", "measure", "optimize",
-           "place", "profile", "saved_model", "simulate"]
+           "place", "profile", "saved_model", "simulate", "train"]

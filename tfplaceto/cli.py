@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     place.add_argument("--costs", default=None,
                        help="analytical, measured, or a saved CostProfile (default: measured on local, "
                             "analytical for presets)")
+    _policy_arguments(place)
 
     simulate = commands.add_parser("simulate", help="simulate a placed graph")
     simulate.add_argument("source")
@@ -72,13 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", required=True, help="results JSON")
     bench.add_argument("--plot", help="bar chart PNG")
 
-    train = commands.add_parser("train", help="train the Placeto policy on a family of graphs")
-    train.add_argument("--family", required=True, help="cifar10-cells, ptb-cells, nmt-variants (comma-separated)")
+    train = commands.add_parser("train", help="train the Placeto policy on graphs or graph families")
+    what = train.add_mutually_exclusive_group(required=True)
+    what.add_argument("--family", help="built-in families (comma-separated): cifar10-cells, ptb-cells, nmt-variants")
+    what.add_argument("--graph", action="append", help="a graph to train on (repeatable): anything place takes")
     train.add_argument("--cluster", action="append", required=True, help="preset (repeatable)")
     train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
-    train.add_argument("--episodes", type=int, default=200)
-    train.add_argument("--num-graphs", type=int, default=3, help="family members trained on")
+    train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
+    train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--gin", action="append", default=[], help="gin file configuring train() (repeatable)")
+    train.add_argument("--gin-param", action="append", default=[], help="gin binding, e.g. train.lanes=64")
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -95,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
                          help="size of unknown batch dimensions (default 32)")
     rewrite.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def _policy_arguments(parser) -> None:
+    parser.add_argument("--policy", default=None,
+                        help="methods placeto, placeto_policy: shipped (default), untrained, or a policy directory")
+    parser.add_argument("--start", default=None, choices=("random", "single", "baseline"),
+                        help="method placeto_policy: the episode's start (default random)")
 
 
 def _write_graph(path: str, graph_def) -> None:
@@ -126,7 +138,8 @@ def _cmd_place(args) -> int:
 
     _check_output_paths(args.out, args.report, args.gantt, args.trace, args.placement_out)
     result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method, costs=args.costs,
-                         budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size)
+                         budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size,
+                         policy=args.policy, start=args.start)
     # Render everything first; write the graph last so a failure leaves OUT untouched.
     sim = result.simulate() if (args.gantt or args.trace) else None
     if sim is not None and args.trace:
@@ -186,9 +199,29 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from tfplaceto.rl.train import train_command
+    import gin
 
-    train_command(args.family, args.cluster, args.logdir, args.episodes, args.seed, args.num_graphs)
+    from tfplaceto import errors
+    from tfplaceto.rl import train as training
+
+    if args.episodes < 1:
+        raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
+    try:
+        gin.parse_config_files_and_bindings(args.gin, args.gin_param)
+    except (OSError, ValueError, KeyError) as e:
+        raise errors.TfplacetoError(f"bad gin configuration: {errors.first_line(e)}") from None
+    if args.family:
+        families = [f.strip() for f in args.family.split(",") if f.strip()]
+        if not families or args.num_graphs < 1:
+            raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
+        sources = [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
+    else:
+        sources = args.graph
+    result = training.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed)
+    with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
+        f.write(gin.operative_config_str())
+    print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
+          f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
     return 0
 
 

@@ -47,3 +47,7 @@ class InvalidMethodError(TfplacetoError, ValueError):
 
 class OutputExistsError(TfplacetoError, FileExistsError):
     """An output already exists (or overlaps the input) and tfplaceto will not overwrite it."""
+
+
+class PolicyError(TfplacetoError, ValueError):
+    """A named policy directory is missing, corrupted or made for other features."""

@@ -25,7 +25,8 @@ from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem
 
 METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
-           "local_search", "placeto")
+           "local_search", "placeto", "placeto_policy")
+POLICY_METHODS = ("placeto", "placeto_policy")
 
 
 def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
@@ -42,30 +43,37 @@ def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
 def _check_method(method: str) -> None:
     if method not in METHODS and method != "auto":
         raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
-    if method == "placeto":
-        try:
-            from tfplaceto.policy import placer  # noqa: F401
-        except ImportError:
-            raise errors.InvalidMethodError(
-                "the placeto policy is not part of this installation yet; use method='auto' (the "
-                "best baseline) or one of " + ", ".join(baselines.available())) from None
-    elif method != "auto" and method not in baselines.available():
+    if method != "auto" and method not in POLICY_METHODS and method not in baselines.available():
         raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
 
 
-def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
+def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None,
+                  policy=None, start: str | None = None) -> np.ndarray:
     """Node-level device indices for a Problem (no expansion to ops)."""
     if method == "placeto":
-        from tfplaceto.policy import placer
+        from tfplaceto import placeto
 
-        return placer.place(problem, seed=seed, budget_s=budget_s)
+        return placeto.place(problem, seed=seed, budget_s=budget_s, policy=policy)
+    if method == "placeto_policy":
+        from tfplaceto import placeto
+
+        return placeto.policy_placement(problem, policy=policy, start=start or "random", seed=seed)
     return baselines.run(method, problem, seed=seed, budget_s=budget_s)
 
 
 def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", costs=None, seed: int = 0,
-          budget_s: float | None = None) -> Placement:
-    """Places every op of op_graph on a device of cluster with one method (see METHODS)."""
+          budget_s: float | None = None, policy=None, start: str | None = None) -> Placement:
+    """Places every op of op_graph on a device of cluster with one method (see METHODS).
+
+    `policy` (methods placeto and placeto_policy): "shipped" (default: the policy in the
+    package), "untrained" (fresh weights: the control) or a trained policy's directory.
+    `start` (placeto_policy): where the policy's episode starts, "random" (default: a random
+    placement drawn with `seed`), "single" or "baseline".
+    """
     _check_method(method)
+    if method not in POLICY_METHODS and (policy is not None or start is not None):
+        raise errors.InvalidMethodError(f"policy= and start= apply to {' and '.join(POLICY_METHODS)}, "
+                                        f"not to {method!r}")
     cluster = as_cluster(cluster)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
@@ -74,7 +82,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
         method = _best(results)
         device_of = results[method][2]
     else:
-        device_of = place_problem(problem, method, seed, budget_s)
+        device_of = place_problem(problem, method, seed, budget_s, policy, start)
     return Placement.from_indices(op_graph, cluster, problem.expand(device_of), method, _notes(problem))
 
 
@@ -97,7 +105,8 @@ def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
 
 
 def _evaluate(problem: Problem, methods: Sequence[str], seed: int, simulator,
-              budget_s: float | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
+              budget_s: float | None = None, policy=None,
+              start: str | None = None) -> dict[str, tuple[bool, float, np.ndarray]]:
     """method -> (oom, simulated step time, node device indices) for each method.
 
     Placers work on the problem (groups); each answer is scored by the op-level `simulator` on
@@ -106,7 +115,7 @@ def _evaluate(problem: Problem, methods: Sequence[str], seed: int, simulator,
     results, failures = {}, []
     for method in methods:
         try:
-            device_of = place_problem(problem, method, seed, budget_s)
+            device_of = place_problem(problem, method, seed, budget_s, policy, start)
         except errors.UnplaceableError as e:  # a greedy placer ran out of room: others may not
             failures.append(e)
             continue
@@ -155,12 +164,11 @@ class OptimizeResult:
 
 def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
              method: str = "placeto", costs=None, budget_s: float | None = None, seed: int = 0,
-             batch_size: int | None = None) -> OptimizeResult:
+             batch_size: int | None = None, policy=None, start: str | None = None) -> OptimizeResult:
     """Imports, profiles, places and writes back; never worse than the best baseline evaluated.
 
     `graph_def` may be any source `import_graph` accepts; a GraphDef gets its devices set and is
     returned as a copy (the input is not modified); other sources return their imported graph.
-    With method="placeto" before the policy is installed, the best baseline is used.
     """
     from tfplaceto.graph import import_graph
     from tfplaceto.rewrite import apply_placement
@@ -168,12 +176,7 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
 
     start = time.perf_counter()
     cluster = as_cluster(cluster)
-    try:
-        _check_method(method)
-    except errors.InvalidMethodError:
-        if method != "placeto":
-            raise
-        method = "auto"  # the policy is not installed: the best baseline stands
+    _check_method(method)
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
@@ -181,7 +184,7 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     simulator = _op_simulator(op_graph, cluster, costs)
     results = _evaluate(problem, compared, seed, simulator)
     if method not in results and method != "auto":
-        results.update(_evaluate(problem, [method], seed, simulator, budget_s))
+        results.update(_evaluate(problem, [method], seed, simulator, budget_s, policy, start))
     chosen = _best(results)
     oom, step_time, device_of = results[chosen]
     placement = Placement.from_indices(op_graph, cluster, problem.expand(device_of), chosen, _notes(problem))

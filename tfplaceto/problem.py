@@ -7,6 +7,7 @@ Constraints every placer honours:
 - `allowed[i, d]`: node i has a kernel on device d's type (for its whole colocation class);
 - ties: nodes with equal `graph.colocation` share a device (`tie` enforces it);
 - memory: a device's persistent bytes must fit (`fits`), checked by the simulator for peaks.
+`Best` keeps the best placement a placer has simulated (lexicographic (OOM, step time)).
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ class Problem:
     def persistent_fits(self, device_of: np.ndarray) -> bool:
         used = np.bincount(device_of, weights=self.graph.persistent_bytes, minlength=self.num_devices)
         return bool((used <= self.memory_bytes).all())
+
+
+@dataclasses.dataclass
+class Best:
+    """The best placement simulated so far: lexicographic (oom, step_time_s)."""
+
+    step_time_s: float = np.inf
+    oom: bool = True
+    placement: np.ndarray | None = None
+
+    def offer(self, step_time_s: float, oom: bool, placement: np.ndarray) -> bool:
+        if (oom, step_time_s) < (self.oom, self.step_time_s):
+            self.step_time_s, self.oom, self.placement = float(step_time_s), bool(oom), placement.copy()
+            return True
+        return False
 
 
 def make_problem(op_graph: OpGraph, cluster: Cluster, costs: CostProfile,

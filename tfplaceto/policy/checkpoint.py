@@ -1,15 +1,18 @@
 """Saving and loading a trained Placeto policy (its network config and weights).
 
 `save_policy` writes a directory (replaced as a whole, so a reader never sees half of one);
-`load_policy` reads one back, refusing a policy trained on other features. The shipped policy
-lives in `pretrained/` beside this file.
+`load_policy` reads one back; `resolve_policy` turns what users pass as `policy=` ("shipped",
+"untrained", a directory, or a network) into a network. The shipped policy lives in
+`pretrained/` beside this file.
 """
+
+from __future__ import annotations
 
 import json
 import os
 import shutil
-import warnings
 
+from tfplaceto import errors
 from tfplaceto.policy import features as F
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
@@ -36,8 +39,22 @@ def save_policy(network, directory: str, notes: dict | None = None) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def policy_notes(directory: str | None = None) -> dict:
+    """The notes saved with a policy (how it was trained), {} when there are none."""
+    path = os.path.join(directory or PRETRAINED_DIR, _CONFIG)
+    try:
+        with open(path) as f:
+            return json.load(f).get("notes", {})
+    except (OSError, ValueError):
+        return {}
+
+
 def load_policy(directory: str | None = None):
-    """The PlacetoNetwork saved in `directory` (default: the shipped one), or None."""
+    """The PlacetoNetwork saved in `directory` (default: the shipped one).
+
+    Raises PolicyError when the directory holds no policy, a corrupted one, or one made for
+    other features.
+    """
     import tensorflow as tf
 
     from tfplaceto.policy.network import PlacetoNetwork
@@ -45,15 +62,54 @@ def load_policy(directory: str | None = None):
     directory = directory or PRETRAINED_DIR
     path = os.path.join(directory, _CONFIG)
     if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        config = json.load(f)
-    if config.get("features") != _FEATURES:
-        warnings.warn(f"the policy in {directory} was trained on other features "
-                      f"({config.get('features')}, this code has {_FEATURES}); not using it",
-                      stacklevel=2)
-        return None
-    network = PlacetoNetwork(**config["network"])
-    network.warm_up(F.observation_spec(F.Dims(nodes=2, edges=1, devices=2)))
-    tf.train.Checkpoint(network=network).read(os.path.join(directory, _WEIGHTS)).assert_consumed()
+        raise errors.PolicyError(f"no policy in {directory} (no {_CONFIG}); give the policy "
+                                 "directory a training run exported (LOGDIR/policy)")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+        features = config.get("features")
+        network_config = dict(config["network"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise errors.PolicyError(f"the policy in {directory} is corrupted ({_CONFIG}: "
+                                 f"{errors.first_line(e)}); train or copy it again") from None
+    if features != _FEATURES:
+        raise errors.PolicyError(f"the policy in {directory} was trained on other features "
+                                 f"({features}; this version has {_FEATURES}); retrain it")
+    try:
+        network = PlacetoNetwork(**network_config)
+        network.warm_up()
+        tf.train.Checkpoint(network=network).read(os.path.join(directory, _WEIGHTS)).assert_consumed()
+    except (tf.errors.OpError, ValueError, TypeError, AssertionError) as e:
+        raise errors.PolicyError(f"the policy weights in {directory} cannot be read "
+                                 f"({errors.first_line(e)}); train or copy it again") from None
+    return network
+
+
+def resolve_policy(policy=None, seed: int = 0):
+    """The network `policy=` names: "shipped" (or None), "untrained" (fresh weights, seeded, in
+    the shipped configuration: the control), a directory, or a PlacetoNetwork (returned as is)."""
+    from tfplaceto.policy.network import PlacetoNetwork
+
+    if isinstance(policy, PlacetoNetwork):
+        return policy
+    if policy in (None, "shipped"):
+        return load_policy(PRETRAINED_DIR)
+    if policy == "untrained":
+        return untrained_network(seed)
+    if not isinstance(policy, str | os.PathLike):
+        raise errors.PolicyError(f"policy must be 'shipped', 'untrained' or a directory, got {policy!r}")
+    return load_policy(os.fspath(policy))
+
+
+def untrained_network(seed: int = 0):
+    """Fresh weights (seeded) in the shipped policy's configuration (the defaults without one)."""
+    from tfplaceto.policy.network import PlacetoNetwork
+
+    try:
+        with open(os.path.join(PRETRAINED_DIR, _CONFIG)) as f:
+            config = json.load(f)["network"]
+    except (OSError, ValueError, KeyError):
+        config = {}
+    network = PlacetoNetwork(**{**config, "seed": seed})
+    network.warm_up()
     return network

@@ -1,85 +1,79 @@
-"""What the policy sees: per-graph static arrays, per-step features, and their padded observation.
+"""What the policy sees: static arrays of each graph (numpy), the per-step observation, and the
+features the network computes from both (TensorFlow).
 
-Everything here is a pure function of plain arrays (the Problem's and the simulator's), so the
-environment (`tfplaceto.rl.environment`) and the network (`network.py`) meet only through the
-observation arrays defined here. Map of the file:
+The observation holds only what changes during an episode; everything that depends on the graph
+alone is packed once per set of problems (`pack`) and kept on the TensorFlow side, so a step feeds
+a few (N,) arrays per episode, not the graph. Map of the file:
 
-  Field names      NODES, EDGES, SENDERS, ... : the keys of an observation (graph_nets style).
-  Dims, dims_for   the padded sizes of an observation (nodes, edges, devices).
-  observation_spec the ArraySpec of an observation for given Dims.
-  GraphStatics     placement-independent arrays of one Problem, built once by `graph_statics`:
-                   node-level data edges (deduplicated pairs, bytes summed), reachability
-                   (ancestors/descendants as dense boolean matrices), static node features,
-                   colocation classes and the step order.
-  SimState         what the features need from one simulation: step time, node start/end,
-                   per-device busy time and peak memory.
-  node_features    (N, NODE_FEATURES): normalized per graph.
-  edge_features    (E, EDGE_FEATURES).
-  device_features  (D, DEVICE_FEATURES) for the current node: one row per device, so the same
-                   weights serve 2, 4 or 8 devices (no one-hot of device ids anywhere).
-  observation      the padded dict of arrays for one step.
-  graphs_tuple     an OpGraph (plus node/edge features) as a graph_nets GraphsTuple.
-  batched_graphs_tuple  a batch of padded observations as one GraphsTuple (TF, in the network).
+  Field names        PROBLEM, STEP, PLACEMENT, ... : keys of an observation (graph_nets style).
+  Dims, dims_for     padded sizes (nodes, edges, devices, steps) shared by every packed problem.
+  observation_spec   the TF-Agents ArraySpec of one observation.
+  GraphStatics       placement-independent arrays of one Problem (`graph_statics`): node-level
+                     data edges, colocation classes and the visiting order (steps), the ancestors
+                     and descendants of each step's class, static node features, time scale.
+  pack               the statics of several problems padded to one Dims and stacked: the tensors
+                     the network gathers from by each observation's PROBLEM index.
+  observation        one episode's observation as numpy arrays (the environment's output).
+  Features, compute  (TensorFlow) node, edge and (current class, device) features of a batch of
+                     observations, from the packed statics.
 
-Normalization: sizes are divided by the graph's largest (compute, bytes), times by the current
-step time T, memory by the device's capacity, so graphs of any size and clusters of any speed give
-features of the same scale. Padding: every observation has `Dims.nodes` node slots, the last one
-a dummy node that padded edges point to (so padded edges never touch real nodes), `Dims.edges`
-edge slots and `Dims.devices` device slots (padded devices are never allowed).
+Scales: times are divided by the problem's `time_scale` (its lower bound: max(critical path,
+total compute / devices) on the fastest devices), so the features of a graph keep their meaning
+during an episode and across graphs and clusters; memory by each device's capacity; bytes by the
+graph's largest edge. Ratios are clipped to +-CLIP. Padding: the last node slot of every problem
+is a dummy node that padded edges point at (it never receives a real message); padded devices are
+never allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-# -- observation fields -----------------------------------------------------------------------------
-NODES = "nodes"  # (N, NODE_FEATURES) float32
-EDGES = "edges"  # (E, EDGE_FEATURES) float32
-SENDERS = "senders"  # (E,) int32, padded edges point at the dummy node N - 1
-RECEIVERS = "receivers"  # (E,) int32
-NODE_MASK = "node_mask"  # (N,) float32: 1 for the graph's nodes
+# -- observation fields (per episode) ----------------------------------------------------------------
+PROBLEM = "problem"  # () int32: index of the episode's problem among the packed ones
+STEP = "step"  # () int32: index of the class being placed (into the problem's step arrays)
 PLACEMENT = "placement"  # (N,) int32: current device of each node (0 for padding)
-CURRENT = "current"  # () int32: the node being placed
-ANCESTORS = "ancestors"  # (N,) float32: nodes with a path to the current node
-DESCENDANTS = "descendants"  # (N,) float32: nodes reachable from the current node
-DEVICES = "devices"  # (D, DEVICE_FEATURES) float32: features of (current node, device d)
-ACTION_MASK = "action_mask"  # (D,) bool: the current node may go on device d
+VISITED = "visited"  # (N,) float32: placed by the policy this episode
+START = "start"  # (N,) float32: simulated start time / time scale
+END = "end"  # (N,) float32: simulated end time / time scale
+BUSY = "busy"  # (D,) float32: busy time of each device / time scale
+PEAK = "peak"  # (D,) float32: peak memory / device memory
+STEP_TIME = "step_time"  # () float32: current step time / time scale
+ACTION_MASK = "action_mask"  # (D,) bool: the current class may go on device d
 
-NODE_FEATURES = 16
+STATIC_NODE_FEATURES = 8
+NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
-DEVICE_FEATURES = 14
-LOOKAHEAD_COLUMN = 11  # of DEVICES: (step time with the node moved to d - T) / T
-_CLIP = 10.0  # ratios are clipped to +-_CLIP so a pathological placement cannot blow up inputs
+DEVICE_FEATURES = 17
+CLIP = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Dims:
-    """Padded sizes of an observation: node slots (graph nodes + 1 dummy), edge and device slots."""
+    """Padded sizes: node slots (graph nodes + 1 dummy), edge slots, device slots, step slots."""
 
     nodes: int
     edges: int
     devices: int
+    steps: int
 
 
-def dims_for(statics: Sequence[GraphStatics], num_devices: Sequence[int]) -> Dims:
-    """The smallest Dims that hold every graph of `statics` on every device count given."""
+def dims_for(statics: Sequence[GraphStatics]) -> Dims:
+    """The smallest Dims that hold every graph (and cluster) of `statics`."""
     return Dims(nodes=max(s.num_nodes for s in statics) + 1,
                 edges=max(max(len(s.senders) for s in statics), 1),
-                devices=max(num_devices))
+                devices=max(s.num_devices for s in statics),
+                steps=max(s.num_steps for s in statics))
 
 
-@functools.lru_cache(maxsize=64)
 def _layout(dims: Dims) -> tuple[tuple[str, tuple[int, ...], type], ...]:
-    """(field, shape, dtype) of every observation field."""
-    n, e, d = dims.nodes, dims.edges, dims.devices
-    return ((NODES, (n, NODE_FEATURES), np.float32), (EDGES, (e, EDGE_FEATURES), np.float32),
-            (SENDERS, (e,), np.int32), (RECEIVERS, (e,), np.int32), (NODE_MASK, (n,), np.float32),
-            (PLACEMENT, (n,), np.int32), (CURRENT, (), np.int32), (ANCESTORS, (n,), np.float32),
-            (DESCENDANTS, (n,), np.float32), (DEVICES, (d, DEVICE_FEATURES), np.float32),
+    n, d = dims.nodes, dims.devices
+    return ((PROBLEM, (), np.int32), (STEP, (), np.int32), (PLACEMENT, (n,), np.int32),
+            (VISITED, (n,), np.float32), (START, (n,), np.float32), (END, (n,), np.float32),
+            (BUSY, (d,), np.float32), (PEAK, (d,), np.float32), (STEP_TIME, (), np.float32),
             (ACTION_MASK, (d,), np.bool_))
 
 
@@ -90,7 +84,12 @@ def observation_spec(dims: Dims) -> dict:
     return {name: array_spec.ArraySpec(shape, dtype, name) for name, shape, dtype in _layout(dims)}
 
 
-# -- static arrays of one graph ---------------------------------------------------------------------
+def empty_observations(dims: Dims, batch: int) -> dict[str, np.ndarray]:
+    """Zeroed observations for `batch` episodes."""
+    return {name: np.zeros((batch,) + shape, dtype) for name, shape, dtype in _layout(dims)}
+
+
+# -- static arrays of one graph -----------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, eq=False)
 class GraphStatics:
     """Placement-independent arrays of one Problem (see `graph_statics`)."""
@@ -99,20 +98,21 @@ class GraphStatics:
     senders: np.ndarray  # (E,) node-level data edges, one per (producer, consumer) pair
     receivers: np.ndarray
     edge_bytes: np.ndarray  # (E,) float64, bytes of all tensors of the pair
-    ancestors: np.ndarray  # (N, N) bool: ancestors[i, j] = j has a path to i (data or control)
-    descendants: np.ndarray  # (N, N) bool: descendants[i, j] = i has a path to j
-    static_nodes: np.ndarray  # (N, 8) float32, the placement-independent node features
-    fastest_s: np.ndarray  # (N,) compute seconds on the node's fastest device
+    static_nodes: np.ndarray  # (N, STATIC_NODE_FEATURES) float32
+    fastest_s: np.ndarray  # (N,) compute seconds on the node's fastest allowed device
     compute_s: np.ndarray  # (N, D) compute seconds on every device
     classes: np.ndarray  # (N,) colocation class id, 0..C-1
-    steps: np.ndarray  # (C,) the node placed at each step: first member of each class, topo order
-    members: tuple[np.ndarray, ...]  # per class, its nodes
-    in_edges: tuple[np.ndarray, ...]  # per class, its edges from nodes outside the class
-    out_edges: tuple[np.ndarray, ...]  # per class, its edges to nodes outside the class
-    memory_bytes: np.ndarray  # (D,) device memory
+    steps: np.ndarray  # (S,) the node that represents each step's class, in visiting order
+    step_class: np.ndarray  # (S,) class of each step
+    members: tuple[np.ndarray, ...]  # per step, the nodes of its class
+    step_ancestors: np.ndarray  # (S, N) bool: nodes with a path to a node of the class
+    step_descendants: np.ndarray  # (S, N) bool: nodes reachable from a node of the class
+    memory_bytes: np.ndarray  # (D,)
     persistent_bytes: np.ndarray  # (N,)
     bandwidth: np.ndarray  # (D, D) bytes/s, inf on the diagonal
     latency: np.ndarray  # (D, D) seconds
+    allowed: np.ndarray  # (N, D) bool
+    time_scale: float  # seconds: max(critical path, total compute / D) on the fastest devices
 
     @property
     def num_steps(self) -> int:
@@ -137,9 +137,9 @@ def node_edges(op_graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (unique // n).astype(np.int32), (unique % n).astype(np.int32), summed
 
 
-def reachability(n: int, senders: np.ndarray, receivers: np.ndarray,
-                 topo_order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ancestors, descendants) as dense (n, n) boolean matrices (fine up to a few thousand nodes)."""
+def _reachability(n: int, senders: np.ndarray, receivers: np.ndarray,
+                  topo_order: np.ndarray) -> np.ndarray:
+    """ancestors (n, n) bool: ancestors[i, j] = j has a path to i (fine up to a few thousand)."""
     parents: list[list[int]] = [[] for _ in range(n)]
     for s, r in zip(senders.tolist(), receivers.tolist()):
         parents[r].append(s)
@@ -148,7 +148,7 @@ def reachability(n: int, senders: np.ndarray, receivers: np.ndarray,
         for parent in parents[node]:
             ancestors[node] |= ancestors[parent]
             ancestors[node, parent] = True
-    return ancestors, ancestors.T.copy()
+    return ancestors
 
 
 def _levels(n, senders, receivers, topo_order, weight):
@@ -170,222 +170,294 @@ def _levels(n, senders, receivers, topo_order, weight):
 
 
 def graph_statics(problem) -> GraphStatics:
-    """The placement-independent arrays of a `tfplaceto.problem.Problem`."""
+    """The placement-independent arrays of a `tfplaceto.problem.Problem`.
+
+    Steps visit each colocation class once, by its first node's topological position.
+    """
     graph = problem.graph
     n = graph.num_ops
     compute = np.asarray(problem.compute_s, np.float64)
-    fastest = np.where(problem.allowed, compute, np.inf).min(axis=1)
+    allowed = np.asarray(problem.allowed, bool)
+    fastest = np.where(allowed, compute, np.inf).min(axis=1)
     fastest = np.where(np.isfinite(fastest), fastest, compute.min(axis=1))
     senders, receivers, nbytes = node_edges(graph)
     order_s = np.concatenate([senders, graph.control_senders]).astype(np.int64)
     order_r = np.concatenate([receivers, graph.control_receivers]).astype(np.int64)
-    ancestors, descendants = reachability(n, order_s, order_r, graph.topo_order)
+    ancestors = _reachability(n, order_s, order_r, graph.topo_order)
     top, bottom = _levels(n, order_s, order_r, graph.topo_order, fastest)
     critical = max(float((top + bottom).max()) if n else 0.0, 1e-12)
+    num_devices = compute.shape[1]
+    time_scale = max(critical, float(fastest.sum()) / num_devices, 1e-12)
     memory = np.asarray(problem.cluster.memory_bytes, np.float64)
     persistent = np.asarray(graph.persistent_bytes, np.float64)
     output = np.asarray(graph.output_bytes, np.float64)
-    in_degree = np.bincount(receivers, minlength=n)
-    out_degree = np.bincount(senders, minlength=n)
+    degree = np.bincount(receivers, minlength=n) + np.bincount(senders, minlength=n)
     static = np.stack([
         fastest / max(fastest.max(initial=0.0), 1e-12),
-        fastest / critical,
+        fastest / time_scale,
         output / max(output.max(initial=0.0), 1.0),
         persistent / max(persistent.max(initial=0.0), 1.0),
         persistent / memory.min(),
         top / critical,
         bottom / critical,
-        np.log1p(in_degree + out_degree) / np.log1p(max((in_degree + out_degree).max(initial=0), 1)),
+        np.log1p(degree) / np.log1p(max(degree.max(initial=0), 1)),
     ], axis=1).astype(np.float32)
 
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
-    first = {}
+    first: dict[int, int] = {}
     for node in np.asarray(graph.topo_order).tolist():
         first.setdefault(int(classes[node]), node)
     steps = np.array(list(first.values()), np.int32)  # class representatives in topological order
     step_class = classes[steps]
     members = tuple(np.flatnonzero(classes == c) for c in step_class)
-    send_class, recv_class = classes[senders], classes[receivers]
-    in_edges = tuple(np.flatnonzero((recv_class == c) & (send_class != c)) for c in step_class)
-    out_edges = tuple(np.flatnonzero((send_class == c) & (recv_class != c)) for c in step_class)
+    member_matrix = np.zeros((len(steps), n), bool)
+    for s, m in enumerate(members):
+        member_matrix[s, m] = True
+    step_ancestors = (member_matrix.astype(np.float32) @ ancestors.astype(np.float32)) > 0
+    step_descendants = (member_matrix.astype(np.float32) @ ancestors.T.astype(np.float32)) > 0
+    step_ancestors &= ~member_matrix
+    step_descendants &= ~member_matrix
     return GraphStatics(
-        num_nodes=n, senders=senders, receivers=receivers, edge_bytes=nbytes,
-        ancestors=ancestors, descendants=descendants, static_nodes=static, fastest_s=fastest,
-        compute_s=compute, classes=classes, steps=steps, members=members, in_edges=in_edges,
-        out_edges=out_edges, memory_bytes=memory, persistent_bytes=persistent,
+        num_nodes=n, senders=senders, receivers=receivers, edge_bytes=nbytes, static_nodes=static,
+        fastest_s=fastest, compute_s=compute, classes=classes, steps=steps, step_class=step_class,
+        members=members, step_ancestors=step_ancestors, step_descendants=step_descendants,
+        memory_bytes=memory, persistent_bytes=persistent,
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
-        latency=np.asarray(problem.cluster.latency, np.float64))
+        latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
+        time_scale=time_scale)
 
 
-# -- per-step features ------------------------------------------------------------------------------
+def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
+    """The statics of several problems, padded to `dims` and stacked (leading axis: problem)."""
+    p, n, e, d, s = len(statics), dims.nodes, dims.edges, dims.devices, dims.steps
+    out = {
+        "node_static": np.zeros((p, n, STATIC_NODE_FEATURES), np.float32),
+        "node_mask": np.zeros((p, n), np.float32),
+        "classes": np.full((p, n), -1, np.int32),
+        "compute": np.zeros((p, n, d), np.float32),  # / time scale
+        "fastest": np.ones((p, n), np.float32),  # / time scale
+        "persistent": np.zeros((p, n), np.float32),  # / smallest device memory
+        "senders": np.full((p, e), n - 1, np.int32),
+        "receivers": np.full((p, e), n - 1, np.int32),
+        "edge_mask": np.zeros((p, e), np.float32),
+        "edge_bytes": np.zeros((p, e), np.float32),  # / largest edge
+        "transfer_bytes": np.zeros((p, e), np.float32),  # bytes / (time scale * 1 byte/s)
+        "step_node": np.full((p, s), n - 1, np.int32),
+        "step_class": np.full((p, s), -2, np.int32),
+        "step_ancestors": np.zeros((p, s, n), np.float32),
+        "step_descendants": np.zeros((p, s, n), np.float32),
+        "memory": np.ones((p, d), np.float32),  # / smallest device memory
+        "device_mask": np.zeros((p, d), np.float32),
+        "inverse_bandwidth": np.zeros((p, d, d), np.float32),  # time scale^-1 bytes^-1 s... see below
+        "latency": np.zeros((p, d, d), np.float32),  # / time scale
+    }
+    for i, st in enumerate(statics):
+        nn, ee, dd, ss = st.num_nodes, len(st.senders), st.num_devices, st.num_steps
+        scale = st.time_scale
+        smallest = float(st.memory_bytes.min())
+        out["node_static"][i, :nn] = st.static_nodes
+        out["node_mask"][i, :nn] = 1.0
+        out["classes"][i, :nn] = st.classes
+        out["compute"][i, :nn, :dd] = st.compute_s / scale
+        out["fastest"][i, :nn] = st.fastest_s / scale
+        out["persistent"][i, :nn] = st.persistent_bytes / smallest
+        out["senders"][i, :ee] = st.senders
+        out["receivers"][i, :ee] = st.receivers
+        out["edge_mask"][i, :ee] = 1.0
+        out["edge_bytes"][i, :ee] = st.edge_bytes / max(st.edge_bytes.max(initial=0.0), 1.0)
+        # Transfer time of edge e from device a to b, / scale = latency[a, b] / scale +
+        # transfer_bytes[e] * inverse_bandwidth[a, b], with both factors of moderate size.
+        out["transfer_bytes"][i, :ee] = st.edge_bytes / 1e6
+        out["step_node"][i, :ss] = st.steps
+        out["step_class"][i, :ss] = st.step_class
+        out["step_ancestors"][i, :ss, :nn] = st.step_ancestors
+        out["step_descendants"][i, :ss, :nn] = st.step_descendants
+        out["memory"][i, :dd] = st.memory_bytes / smallest
+        out["device_mask"][i, :dd] = 1.0
+        with np.errstate(divide="ignore"):
+            inverse = np.where(np.isfinite(st.bandwidth) & (st.bandwidth > 0), 1e6 / st.bandwidth, 0.0)
+        np.fill_diagonal(inverse, 0.0)
+        out["inverse_bandwidth"][i, :dd, :dd] = inverse / scale
+        latency = st.latency.copy()
+        np.fill_diagonal(latency, 0.0)
+        out["latency"][i, :dd, :dd] = latency / scale
+    return out
+
+
+def observation(statics: GraphStatics, dims: Dims, problem: int, step: int, placement: np.ndarray,
+                visited: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, busy_s: np.ndarray,
+                peak_bytes: np.ndarray, step_time_s: float) -> dict[str, np.ndarray]:
+    """One episode's observation (numpy, padded to dims). `step` is the index of the class to place."""
+    obs = empty_observations(dims, 1)
+    fill_observation(obs, 0, statics, problem, step, placement, visited, start_s, end_s, busy_s,
+                     peak_bytes, step_time_s)
+    return {k: v[0] for k, v in obs.items()}
+
+
+def fill_observation(obs: dict, row: int, statics: GraphStatics, problem: int, step: int, placement,
+                     visited, start_s, end_s, busy_s, peak_bytes, step_time_s) -> None:
+    """Writes one episode's observation into row `row` of the batched arrays `obs`."""
+    n, d = statics.num_nodes, statics.num_devices
+    scale = statics.time_scale
+    obs[PROBLEM][row] = problem
+    obs[STEP][row] = step
+    obs[PLACEMENT][row, :n] = placement
+    obs[PLACEMENT][row, n:] = 0
+    obs[VISITED][row, :n] = visited
+    obs[START][row, :n] = np.minimum(start_s / scale, 1e3)
+    obs[END][row, :n] = np.minimum(end_s / scale, 1e3)
+    obs[BUSY][row, :d] = busy_s / scale
+    obs[PEAK][row, :d] = peak_bytes / statics.memory_bytes
+    obs[STEP_TIME][row] = step_time_s / scale
+    obs[ACTION_MASK][row] = False
+    obs[ACTION_MASK][row, :d] = statics.allowed[statics.steps[min(step, statics.num_steps - 1)]]
+
+
+# -- TensorFlow: features of a batch of observations ----------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SimState:
-    """The parts of one simulated step the features use (plain arrays, from any simulator)."""
+class Features:
+    """Tensors the network reads (B: batch, N: node slots, E: edge slots, D: device slots)."""
 
-    step_time_s: float
-    node_start_s: np.ndarray  # (N,)
-    node_end_s: np.ndarray  # (N,)
-    busy_s: np.ndarray  # (D,)
-    peak_bytes: np.ndarray  # (D,)
-
-
-def _transfer_s(statics: GraphStatics, edges: np.ndarray, other_end: np.ndarray) -> np.ndarray:
-    """(D,): seconds to move `edges`' bytes between their other end's device and each device d."""
-    if len(edges) == 0:
-        return np.zeros(statics.num_devices)
-    src = other_end
-    nbytes = statics.edge_bytes[edges][:, None]
-    seconds = statics.latency[src] + nbytes / statics.bandwidth[src]  # 0 where src == d
-    return seconds.sum(axis=0)
+    nodes: object  # (B, N, NODE_FEATURES)
+    edges: object  # (B, E, EDGE_FEATURES)
+    senders: object  # (B, E) int32
+    receivers: object  # (B, E) int32
+    node_mask: object  # (B, N)
+    current: object  # (B, N): 1 on the nodes of the class being placed
+    ancestors: object  # (B, N)
+    descendants: object  # (B, N)
+    placement: object  # (B, N) int32
+    devices: object  # (B, D, DEVICE_FEATURES)
+    action_mask: object  # (B, D) bool
 
 
-def node_features(statics: GraphStatics, placement: np.ndarray, sim: SimState, current: int,
-                  visited: np.ndarray) -> np.ndarray:
-    """(N, NODE_FEATURES) float32: static features, then the schedule and placement around `current`.
+def compute_features(statics: dict, obs: dict) -> Features:
+    """Node, edge and (class, device) features of a batch of observations (TensorFlow).
 
-    Columns 0-7 static (fastest compute / max, / critical path, output bytes / max, persistent /
-    max, persistent / smallest device memory, top level, bottom level, log degree); 8 start time
-    relative to the current node's / T; 9 duration / T; 10 is current; 11 visited; 12 on the
-    current node's device; 13 busy time of its device / T; 14 peak memory / memory of its device;
-    15 log slowdown of its device for it (0 when on its fastest device).
-    """
-    step = max(sim.step_time_s, 1e-12)
-    n = statics.num_nodes
-    nodes = np.empty((n, NODE_FEATURES), np.float32)
-    nodes[:, :8] = statics.static_nodes
-    nodes[:, 8] = np.clip((sim.node_start_s - sim.node_start_s[current]) / step, -_CLIP, _CLIP)
-    nodes[:, 9] = np.clip((sim.node_end_s - sim.node_start_s) / step, 0, _CLIP)
-    nodes[:, 10] = 0.0
-    nodes[current, 10] = 1.0
-    nodes[:, 11] = visited
-    nodes[:, 12] = placement == placement[current]
-    nodes[:, 13] = np.clip(sim.busy_s[placement] / step, 0, _CLIP)
-    nodes[:, 14] = np.clip(sim.peak_bytes[placement] / statics.memory_bytes[placement], 0, _CLIP)
-    actual = statics.compute_s[np.arange(n), placement]
-    nodes[:, 15] = np.clip(np.log((actual + 1e-9) / (statics.fastest_s + 1e-9)), 0, _CLIP)
-    return nodes
-
-
-def edge_features(statics: GraphStatics, placement: np.ndarray, step_time_s: float) -> np.ndarray:
-    """(E, EDGE_FEATURES) float32: bytes / max bytes, crosses devices, transfer time / T."""
-    src, dst = placement[statics.senders], placement[statics.receivers]
-    seconds = statics.latency[src, dst] + statics.edge_bytes / statics.bandwidth[src, dst]
-    edges = np.empty((len(statics.senders), EDGE_FEATURES), np.float32)
-    edges[:, 0] = statics.edge_bytes / max(statics.edge_bytes.max(initial=0.0), 1.0)
-    edges[:, 1] = src != dst
-    edges[:, 2] = np.clip(seconds / max(step_time_s, 1e-12), 0, _CLIP)
-    return edges
-
-
-def device_features(statics: GraphStatics, placement: np.ndarray, sim: SimState, step: int,
-                    allowed: np.ndarray, lookahead_s: np.ndarray | None = None,
-                    lookahead_oom: np.ndarray | None = None) -> np.ndarray:
-    """(D, DEVICE_FEATURES) float32: the current class (step `step`) against each device d.
-
-    Columns: 0 the node is on d; 1 busy time of d / T; 2 peak memory / memory of d; 3 persistent
-    memory on d (with the class moved there) / memory of d; 4, 5 seconds to receive the class's
-    inputs / send its outputs if it were on d, / T; 6 its compute on d / T; 7 log slowdown of d
-    for it; 8 d is its fastest device; 9, 10 share of its input / output edges whose other end is
-    on d; 11 lookahead: (step time with the class moved to d - T) / T; 12 lookahead OOM; 13 d is
-    allowed. Lookahead columns are 0 when `lookahead_s` is None.
-    """
-    members = statics.members[step]
-    node = statics.steps[step]
-    d = statics.num_devices
-    step_time = max(sim.step_time_s, 1e-12)
-    in_edges, out_edges = statics.in_edges[step], statics.out_edges[step]
-    receive = _transfer_s(statics, in_edges, placement[statics.senders[in_edges]])
-    send = _transfer_s(statics, out_edges, placement[statics.receivers[out_edges]])
-    compute = statics.compute_s[members].sum(axis=0)
-    fastest = compute[allowed].min() if allowed.any() else compute.min()
-    persistent = np.bincount(placement, weights=statics.persistent_bytes, minlength=d)
-    class_persistent = statics.persistent_bytes[members].sum()
-    persistent = persistent - np.where(np.arange(d) == placement[node], class_persistent, 0.0) + class_persistent
-    features = np.zeros((d, DEVICE_FEATURES), np.float32)
-    features[placement[node], 0] = 1.0
-    features[:, 1] = np.clip(sim.busy_s / step_time, 0, _CLIP)
-    features[:, 2] = np.clip(sim.peak_bytes / statics.memory_bytes, 0, _CLIP)
-    features[:, 3] = np.clip(persistent / statics.memory_bytes, 0, _CLIP)
-    features[:, 4] = np.clip(receive / step_time, 0, _CLIP)
-    features[:, 5] = np.clip(send / step_time, 0, _CLIP)
-    features[:, 6] = np.clip(compute / step_time, 0, _CLIP)
-    features[:, 7] = np.clip(np.log((compute + 1e-9) / (fastest + 1e-9)), 0, _CLIP)
-    features[:, 8] = compute <= fastest * (1 + 1e-6)
-    if len(in_edges):
-        features[:, 9] = np.bincount(placement[statics.senders[in_edges]], minlength=d) / len(in_edges)
-    if len(out_edges):
-        features[:, 10] = np.bincount(placement[statics.receivers[out_edges]], minlength=d) / len(out_edges)
-    if lookahead_s is not None:
-        features[:, 11] = np.clip((lookahead_s - sim.step_time_s) / step_time, -_CLIP, _CLIP)
-        features[:, 12] = lookahead_oom
-    features[:, 13] = allowed
-    features[~allowed, 11:13] = 0.0
-    return features
-
-
-def observation(statics: GraphStatics, dims: Dims, placement: np.ndarray, sim: SimState, step: int,
-                visited: np.ndarray, allowed: np.ndarray, lookahead_s: np.ndarray | None = None,
-                lookahead_oom: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The padded observation of step `step` (see `observation_spec`)."""
-    n, e = statics.num_nodes, len(statics.senders)
-    d = statics.num_devices
-    if n + 1 > dims.nodes or e > dims.edges or d > dims.devices:
-        raise ValueError(f"graph ({n} nodes, {e} edges, {d} devices) exceeds the padded sizes {dims}")
-    current = int(statics.steps[step])
-    obs = {name: np.zeros(shape, dtype) for name, shape, dtype in _layout(dims)}
-    obs[NODES][:n] = node_features(statics, placement, sim, current, visited)
-    obs[EDGES][:e] = edge_features(statics, placement, sim.step_time_s)
-    obs[SENDERS][:] = dims.nodes - 1
-    obs[RECEIVERS][:] = dims.nodes - 1
-    obs[SENDERS][:e] = statics.senders
-    obs[RECEIVERS][:e] = statics.receivers
-    obs[NODE_MASK][:n] = 1.0
-    obs[PLACEMENT][:n] = placement
-    obs[CURRENT][...] = current
-    obs[ANCESTORS][:n] = statics.ancestors[current]
-    obs[DESCENDANTS][:n] = statics.descendants[current]
-    obs[DEVICES][:d] = device_features(statics, placement, sim, step, allowed, lookahead_s, lookahead_oom)
-    obs[ACTION_MASK][:d] = allowed
-    return obs
-
-
-# -- graph_nets views -------------------------------------------------------------------------------
-def graphs_tuple(op_graph, nodes: np.ndarray, edges: np.ndarray | None = None):
-    """One graph as a graph_nets GraphsTuple (numpy): node-level deduplicated data edges.
-
-    nodes: (N, F) node features; edges: (E, F_e) features of the edges `node_edges(op_graph)`
-    returns, or None for their byte counts (normalized) as a single feature.
-    """
-    from graph_nets import utils_np
-
-    senders, receivers, nbytes = node_edges(op_graph)
-    if edges is None:
-        edges = (nbytes / max(nbytes.max(initial=0.0), 1.0))[:, None]
-    return utils_np.data_dicts_to_graphs_tuple([{
-        "nodes": np.asarray(nodes, np.float32), "edges": np.asarray(edges, np.float32),
-        "senders": senders, "receivers": receivers, "globals": np.zeros(1, np.float32)}])
-
-
-def batched_graphs_tuple(obs: dict, reverse: bool = False):
-    """A batch of padded observations (leading dim B) as one GraphsTuple of B graphs (TF tensors).
-
-    Graph b's node slots are nodes b*N .. b*N + N-1 (padding included: it only talks to itself);
-    `reverse` swaps senders and receivers (messages then flow from children to parents).
+    Node features: the static ones (fastest compute / max and / scale, output bytes, persistent
+    bytes / max and / memory, top and bottom level, log degree), then start relative to the
+    current class's start, duration, is-current, visited, on the current class's device, peak
+    memory of its device, log slowdown of its device for it, it is a parent or child of the class.
+    Edge features: bytes / max, crosses devices, transfer time.
+    Device features of (current class, d): on d now, busy time of d, peak memory of d, persistent
+    memory on d with the class moved there, seconds to receive its inputs / send its outputs if on
+    d, earliest time its inputs could all be on d (relative to its start), compute on d, log
+    slowdown on d, d is its fastest, byte shares of its inputs / outputs on d, compute of the
+    visited nodes on d (relative to a fair share), d allowed, the step time, the number of devices.
     """
     import tensorflow as tf
-    from graph_nets import graphs
 
-    nodes = obs[NODES]
-    batch, n = tf.shape(nodes)[0], tf.shape(nodes)[1]
-    e = tf.shape(obs[SENDERS])[1]
-    offsets = (tf.range(batch, dtype=tf.int32) * n)[:, None]
-    senders = tf.reshape(obs[SENDERS] + offsets, [-1])
-    receivers = tf.reshape(obs[RECEIVERS] + offsets, [-1])
-    if reverse:
-        senders, receivers = receivers, senders
-    return graphs.GraphsTuple(
-        nodes=tf.reshape(nodes, [-1, nodes.shape[-1]]),
-        edges=tf.reshape(obs[EDGES], [-1, obs[EDGES].shape[-1]]),
-        senders=senders, receivers=receivers, globals=None,
-        n_node=tf.fill([batch], n), n_edge=tf.fill([batch], e))
+    problem = obs[PROBLEM]
+
+    def static(name):
+        return tf.gather(statics[name], problem)
+
+    step = obs[STEP]
+    placement = obs[PLACEMENT]
+    node_mask = static("node_mask")
+    num_devices = tf.shape(obs[ACTION_MASK])[1]  # device slots
+    devices_f = tf.reduce_sum(static("device_mask"), -1, keepdims=True)  # (B, 1) real devices
+    step_class = tf.gather(static("step_class"), step, batch_dims=1)  # (B,)
+    rep = tf.gather(static("step_node"), step, batch_dims=1)  # (B,)
+    current = tf.cast(tf.equal(static("classes"), step_class[:, None]), tf.float32) * node_mask
+    ancestors = tf.gather(static("step_ancestors"), step, batch_dims=1)
+    descendants = tf.gather(static("step_descendants"), step, batch_dims=1)
+    on_device = tf.one_hot(placement, num_devices) * node_mask[..., None]  # (B, N, D)
+    current_device = tf.gather(placement, rep, batch_dims=1)  # (B,)
+    current_onehot = tf.one_hot(current_device, num_devices)  # (B, D)
+    start, end = obs[START], obs[END]
+    current_start = tf.gather(start, rep, batch_dims=1)[:, None]
+    compute = static("compute")  # (B, N, D)
+    fastest = static("fastest")
+    actual = tf.reduce_sum(compute * on_device, -1)
+    peak = obs[PEAK]
+
+    # -- edges
+    senders, receivers = static("senders"), static("receivers")
+    edge_mask = static("edge_mask")
+    src = tf.gather(on_device, senders, batch_dims=1)  # (B, E, D) one-hot of the sender's device
+    dst = tf.gather(on_device, receivers, batch_dims=1)
+    latency, inverse_bandwidth = static("latency"), static("inverse_bandwidth")  # (B, D, D)
+    nbytes = static("transfer_bytes")[..., None]
+    # Seconds (/ scale) to move each edge's tensor from its sender's device to device d, and from
+    # device d to its receiver's device.
+    to_device = (tf.einsum("bea,bad->bed", src, latency)
+                 + nbytes * tf.einsum("bea,bad->bed", src, inverse_bandwidth))
+    from_device = (tf.einsum("bea,bda->bed", dst, latency)
+                   + nbytes * tf.einsum("bea,bda->bed", dst, inverse_bandwidth))
+    transfer = tf.reduce_sum(to_device * dst, -1)
+    crosses = 1.0 - tf.reduce_sum(src * dst, -1)
+    edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
+                      tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask], -1)
+
+    # -- nodes
+    sender_current = tf.gather(current, senders, batch_dims=1)
+    receiver_current = tf.gather(current, receivers, batch_dims=1)
+    into = receiver_current * (1.0 - sender_current) * edge_mask  # (B, E) inputs of the class
+    out_of = sender_current * (1.0 - receiver_current) * edge_mask
+    n = tf.shape(node_mask)[1]
+    parent = tf.minimum(tf.math.unsorted_segment_sum(
+        tf.reshape(into, [-1]), tf.reshape(senders + n * tf.range(tf.shape(senders)[0])[:, None], [-1]),
+        tf.size(node_mask)), 1.0)
+    child = tf.minimum(tf.math.unsorted_segment_sum(
+        tf.reshape(out_of, [-1]), tf.reshape(receivers + n * tf.range(tf.shape(senders)[0])[:, None],
+                                             [-1]), tf.size(node_mask)), 1.0)
+    parent, child = tf.reshape(parent, tf.shape(node_mask)), tf.reshape(child, tf.shape(node_mask))
+    same_device = tf.reduce_sum(on_device * current_onehot[:, None, :], -1)
+    dynamic = tf.stack([
+        tf.clip_by_value(start - current_start, -CLIP, CLIP),
+        tf.clip_by_value(end - start, 0.0, CLIP),
+        current, obs[VISITED], same_device,
+        tf.clip_by_value(tf.reduce_sum(on_device * peak[:, None, :], -1), 0.0, CLIP),
+        tf.clip_by_value(tf.math.log((actual + 1e-6) / (fastest + 1e-6)), 0.0, CLIP),
+        parent - child,
+    ], -1) * node_mask[..., None]
+    nodes = tf.concat([static("node_static"), dynamic], -1)
+
+    # -- (current class, device)
+    def masked_sum(weights, values):  # (B, E) x (B, E, D) -> (B, D)
+        return tf.einsum("be,bed->bd", weights, values)
+
+    receive = masked_sum(into, to_device)
+    send = masked_sum(out_of, from_device)
+    sender_end = tf.gather(end, senders, batch_dims=1)[..., None]
+    ready = tf.reduce_max(into[..., None] * (sender_end + to_device), axis=1) - current_start
+    in_bytes = into * static("edge_bytes")
+    out_bytes = out_of * static("edge_bytes")
+    in_share = masked_sum(in_bytes, src) / tf.maximum(tf.reduce_sum(in_bytes, -1, keepdims=True), 1e-9)
+    out_share = masked_sum(out_bytes, dst) / tf.maximum(tf.reduce_sum(out_bytes, -1, keepdims=True), 1e-9)
+    class_compute = tf.einsum("bn,bnd->bd", current, compute)
+    allowed = obs[ACTION_MASK]
+    allowed_f = tf.cast(allowed, tf.float32)
+    best = tf.reduce_min(tf.where(allowed, class_compute, 1e9), -1, keepdims=True)
+    persistent = static("persistent")
+    memory = static("memory")
+    on_persistent = tf.einsum("bn,bnd->bd", persistent, on_device)
+    class_persistent = tf.reduce_sum(persistent * current, -1, keepdims=True)
+    moved_persistent = on_persistent - class_persistent * current_onehot + class_persistent
+    visited_compute = tf.einsum("bn,bnd->bd", obs[VISITED] * fastest, on_device)
+    fair_share = tf.maximum(tf.reduce_sum(fastest * node_mask, -1, keepdims=True) / devices_f, 1e-9)
+    per_device = tf.ones_like(allowed_f)
+    devices = tf.stack([
+        current_onehot,
+        tf.clip_by_value(obs[BUSY], 0.0, CLIP),
+        tf.clip_by_value(peak, 0.0, CLIP),
+        tf.clip_by_value(moved_persistent / memory, 0.0, CLIP),
+        tf.clip_by_value(receive, 0.0, CLIP),
+        tf.clip_by_value(send, 0.0, CLIP),
+        tf.clip_by_value(ready, -CLIP, CLIP),
+        tf.clip_by_value(class_compute, 0.0, CLIP),
+        tf.clip_by_value(tf.math.log((class_compute + 1e-6) / (best + 1e-6)), 0.0, CLIP),
+        tf.cast(class_compute <= best * (1 + 1e-6), tf.float32),
+        in_share, out_share,
+        tf.clip_by_value(visited_compute / fair_share, 0.0, CLIP),
+        allowed_f,
+        per_device * tf.clip_by_value(obs[STEP_TIME], 0.0, CLIP)[:, None],
+        per_device * tf.math.log(devices_f),  # (B, 1) broadcast
+        per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
+    ], -1) * allowed_f[..., None]
+    return Features(nodes=nodes, edges=edges, senders=senders, receivers=receivers,
+                    node_mask=node_mask, current=current, ancestors=ancestors,
+                    descendants=descendants, placement=placement, devices=devices,
+                    action_mask=allowed)

@@ -1,16 +1,22 @@
 """`PlacetoPolicy` and `PlacetoAgent`: REINFORCE over the Sonnet network, in TF-Agents' shapes.
 
 - `PlacetoPolicy(TFPolicy)`: `_distribution` is a Categorical over device slots with the network's
-  masked logits; `GreedyPolicy(PlacetoPolicy)` (TF-Agents) is the deterministic policy.
-- `PlacetoAgent(TFAgent)`: `_loss` is REINFORCE with a per-step baseline and an entropy bonus;
-  `_train` applies Adam on the clipped (global norm) gradient, then records the batch's returns in
-  the baseline buffer. The train step is a `tf.function`.
+  masked logits; `_action` samples it by Gumbel-max with the policy's own `tf.random.Generator`
+  (seeded, checkpointed: a resumed run draws the same actions), inside the compiled step.
+  `GreedyPolicy(PlacetoPolicy)` (TF-Agents) is the deterministic policy the placer uses. The policy
+  holds the packed statics of the problems it acts on (`features.pack`): observations carry only
+  what changes during an episode.
+- `PlacetoAgent(TFAgent)`: `_loss` is REINFORCE with a per-step-index baseline and an entropy
+  bonus; `_train` applies Adam on the clipped (global norm) gradient. The train step is a
+  `tf.function`.
 
-Experience is a `Trajectory` of shape [B, T, ...] (B episodes padded to T steps) with `weights`
-[B, T]: 1 on the episodes' steps, 0 on padding. Per-step baseline: b_t = mean return-to-go at step
-index t over the last `baseline_window` episodes (this batch's mean when none is recorded yet).
-To bound the cost of an update, at most `max_train_steps` valid steps (sampled uniformly, seeded)
-enter the gradient: an unbiased estimate of the full-batch mean.
+Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem, T steps) with
+`weights` [B, T]: 1 on the episodes' steps, 0 on boundaries and padding. Returns are discounted
+returns-to-go. Per-step baseline: b_t = the mean return-to-go at step index t of the *other*
+episodes of the batch (leave-one-out: unbiased; the lanes share the problem and the start
+distribution, so they are each other's reference). Advantages are divided by their standard
+deviation. To bound the cost of an update, at most `max_train_steps` valid steps (sampled
+uniformly, seeded) enter the gradient: an unbiased estimate of the full-batch mean.
 `variables_to_checkpoint()` is what `tf.train.Checkpoint` should track to resume training.
 """
 
@@ -25,30 +31,58 @@ from tf_agents.agents import tf_agent
 from tf_agents.policies import greedy_policy, tf_policy
 from tf_agents.trajectories import policy_step
 
-from tfplaceto.policy import features as F
-
 PlacetoLossInfo = collections.namedtuple(
     "PlacetoLossInfo", ("policy_loss", "entropy", "mean_return", "train_steps"))
 
 
-class PlacetoPolicy(tf_policy.TFPolicy):
-    """Samples a device for the current node from the network's masked softmax."""
+def as_tensors(packed: dict) -> dict:
+    """Packed numpy statics (`features.pack`) as constant tensors."""
+    return {key: tf.constant(value) for key, value in packed.items()}
 
-    def __init__(self, time_step_spec, action_spec, network: snt.Module, name: str | None = None):
+
+class PlacetoPolicy(tf_policy.TFPolicy):
+    """Samples a device for the current class from the network's masked softmax.
+
+    Args:
+      time_step_spec, action_spec: the environment's specs (TensorSpecs).
+      network: a `PlacetoNetwork`.
+      statics: the packed statics (tensors) of the problems the observations index.
+      seed: seeds the sampling generator.
+    """
+
+    def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict, seed: int = 0,
+                 name: str | None = None):
         super().__init__(time_step_spec, action_spec, clip=False, validate_args=False, name=name)
         self._network = network
+        self._statics = statics
+        self._generator = tf.random.Generator.from_seed(seed)
 
     @property
     def network(self) -> snt.Module:
         return self._network
 
+    @property
+    def generator(self) -> tf.random.Generator:
+        return self._generator
+
     def _variables(self):
         return self._network.variables
 
+    def logits(self, observation) -> tf.Tensor:
+        return self._network(self._statics, observation)
+
     def _distribution(self, time_step, policy_state):
-        logits = self._network(time_step.observation)
         return policy_step.PolicyStep(
-            tfp.distributions.Categorical(logits=logits, dtype=self.action_spec.dtype), policy_state)
+            tfp.distributions.Categorical(logits=self.logits(time_step.observation),
+                                          dtype=self.action_spec.dtype), policy_state)
+
+    def _action(self, time_step, policy_state, seed):
+        del seed  # the policy's own generator makes runs reproducible and resumable
+        logits = self.logits(time_step.observation)
+        uniform = self._generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
+        action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1,
+                           output_type=self.action_spec.dtype)
+        return policy_step.PolicyStep(action, policy_state)
 
 
 class PlacetoAgent(tf_agent.TFAgent):
@@ -56,38 +90,36 @@ class PlacetoAgent(tf_agent.TFAgent):
 
     Args:
       time_step_spec, action_spec: the environment's specs (TensorSpecs).
-      network: a `PlacetoNetwork` (its variables must exist: call `warm_up` first).
+      network: a `PlacetoNetwork`.
+      statics: the packed statics (tensors) of the training problems.
       learning_rate: Adam's step size.
-      entropy_coefficient: weight of the entropy bonus.
+      entropy_coefficient: initial weight of the entropy bonus (`entropy_coefficient` is a
+        variable: the training loop decays it).
       gradient_clipping: global-norm clip of the gradient.
-      baseline_window: episodes kept for the per-step baseline.
+      discount: of the returns-to-go.
       max_train_steps: at most this many steps per update enter the gradient (None: all).
-      normalize_advantages: divide advantages by their standard deviation in the batch.
-      seed: seeds the step subsampling.
+      seed: seeds the step subsampling and the collect policy's sampling.
     """
 
-    def __init__(self, time_step_spec, action_spec, network: snt.Module, learning_rate: float = 3e-3,
-                 entropy_coefficient: float = 0.01, gradient_clipping: float = 1.0,
-                 baseline_window: int = 16, max_train_steps: int | None = 512,
-                 normalize_advantages: bool = True, seed: int = 0,
+    def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict,
+                 learning_rate: float = 1e-3, entropy_coefficient: float = 0.01,
+                 gradient_clipping: float = 1.0, discount: float = 1.0,
+                 max_train_steps: int | None = 1024, seed: int = 0,
                  train_step_counter: tf.Variable | None = None, name: str | None = None):
         tf.Module.__init__(self, name=name)
         self._network = network
-        # Keras' Adam can build its slots eagerly, so the train step is traced once.
+        self._statics = statics
         self._optimizer = tf.keras.optimizers.Adam(learning_rate)
+        network.warm_up()
         self._optimizer.build(network.trainable_variables)
-        self._entropy_coefficient = entropy_coefficient
+        self.entropy_coefficient = tf.Variable(entropy_coefficient, trainable=False, dtype=tf.float32,
+                                               name="entropy_coefficient")
         self._gradient_clipping = gradient_clipping
+        self._discount = discount
         self._max_train_steps = max_train_steps
-        self._normalize = normalize_advantages
         self._seed = seed
-        max_steps = time_step_spec.observation[F.NODE_MASK].shape[0]
-        self._returns = tf.Variable(tf.zeros([baseline_window, max_steps]), trainable=False,
-                                    name="baseline_returns")
-        self._recorded = tf.Variable(tf.zeros([baseline_window, max_steps]), trainable=False,
-                                     name="baseline_recorded")
-        self._next_row = tf.Variable(0, trainable=False, name="baseline_next_row")
-        collect_policy = PlacetoPolicy(time_step_spec, action_spec, network, name="collect_policy")
+        collect_policy = PlacetoPolicy(time_step_spec, action_spec, network, statics, seed=seed,
+                                       name="collect_policy")
         policy = greedy_policy.GreedyPolicy(collect_policy, name="greedy_policy")
         if train_step_counter is None:
             train_step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")
@@ -100,26 +132,29 @@ class PlacetoAgent(tf_agent.TFAgent):
         return self._network
 
     def variables_to_checkpoint(self) -> dict:
-        """Network, optimizer state, baseline buffer and step counter."""
+        """Network, optimizer state, entropy coefficient, sampling generator and step counter."""
         return {"network": self._network, "optimizer": self._optimizer,
-                "baseline_returns": self._returns, "baseline_recorded": self._recorded,
-                "baseline_next_row": self._next_row, "train_step": self.train_step_counter}
+                "entropy_coefficient": self.entropy_coefficient,
+                "generator": self.collect_policy.generator, "train_step": self.train_step_counter}
 
     def _initialize(self):
         return tf.no_op()
 
     # -- loss ------------------------------------------------------------------------------------
-    def _returns_to_go(self, rewards: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        return tf.cumsum(rewards * valid, axis=1, reverse=True) * valid
+    def returns_to_go(self, rewards: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+        """Discounted returns-to-go [B, T] (0 on invalid steps)."""
+        rewards = tf.transpose(rewards * valid)  # [T, B]
+        returns = tf.scan(lambda following, r: r + self._discount * following, rewards,
+                          initializer=tf.zeros_like(rewards[0]), reverse=True)
+        return tf.transpose(returns) * valid
 
-    def _baseline(self, returns: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        steps = tf.shape(returns)[1]
-        recorded = self._recorded[:, :steps]
-        count = tf.reduce_sum(recorded, axis=0)
-        history = tf.reduce_sum(self._returns[:, :steps] * recorded, axis=0) / tf.maximum(count, 1.0)
-        batch_count = tf.reduce_sum(valid, axis=0)
-        batch = tf.reduce_sum(returns, axis=0) / tf.maximum(batch_count, 1.0)
-        return tf.where(count > 0, history, batch)[None, :]
+    @staticmethod
+    def baseline(returns: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+        """Leave-one-out mean return-to-go at each step index over the batch's episodes [B, T]."""
+        total = tf.reduce_sum(returns, axis=0, keepdims=True)
+        count = tf.reduce_sum(valid, axis=0, keepdims=True)
+        others = tf.maximum(count - valid, 1.0)
+        return tf.where(count - valid > 0, (total - returns) / others, 0.0)
 
     def _select(self, valid: tf.Tensor) -> tf.Tensor:
         """Flat indices of the steps entering the gradient (all valid ones, or a seeded sample)."""
@@ -134,31 +169,29 @@ class PlacetoAgent(tf_agent.TFAgent):
     def _loss(self, experience, weights=None, training: bool = False):
         rewards = tf.cast(experience.reward, tf.float32)
         valid = tf.ones_like(rewards) if weights is None else tf.cast(weights, tf.float32)
-        returns = self._returns_to_go(rewards, valid)
-        advantages = (returns - self._baseline(returns, valid)) * valid
-        if self._normalize:
-            count = tf.maximum(tf.reduce_sum(valid), 1.0)
-            std = tf.sqrt(tf.reduce_sum(tf.square(advantages)) / count)
-            advantages = advantages / (std + 1e-8)
+        returns = self.returns_to_go(rewards, valid)
+        advantages = (returns - self.baseline(returns, valid)) * valid
+        count = tf.maximum(tf.reduce_sum(valid), 1.0)
+        std = tf.sqrt(tf.reduce_sum(tf.square(advantages)) / count)
+        advantages = advantages / (std + 1e-8)
         chosen = self._select(valid)
 
         def flat_gather(x):
             return tf.gather(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), chosen)
 
         observation = tf.nest.map_structure(flat_gather, experience.observation)
-        logits = self._network(observation)
-        distribution = tfp.distributions.Categorical(logits=logits)
+        logits = self._network(self._statics, observation)
+        log_probabilities = tf.nn.log_softmax(logits)
         actions = flat_gather(experience.action)
-        log_prob = distribution.log_prob(actions)
-        probabilities = tf.nn.softmax(logits)
-        entropy = -tf.reduce_sum(tf.where(probabilities > 0, probabilities * tf.math.log(
-            tf.maximum(probabilities, 1e-30)), 0.0), axis=-1)
+        log_prob = tf.gather(log_probabilities, actions, batch_dims=1)
+        probabilities = tf.exp(log_probabilities)
+        entropy = -tf.reduce_sum(probabilities * log_probabilities, axis=-1)
         policy_loss = -tf.reduce_mean(flat_gather(advantages) * log_prob)
         mean_entropy = tf.reduce_mean(entropy)
-        total = policy_loss - self._entropy_coefficient * mean_entropy
-        first_returns = returns[:, 0]
+        total = policy_loss - self.entropy_coefficient * mean_entropy
         return tf_agent.LossInfo(total, PlacetoLossInfo(
-            policy_loss=policy_loss, entropy=mean_entropy, mean_return=tf.reduce_mean(first_returns),
+            policy_loss=policy_loss, entropy=mean_entropy,
+            mean_return=tf.reduce_sum(returns[:, 0]) / tf.maximum(tf.reduce_sum(valid[:, 0]), 1.0),
             train_steps=tf.size(chosen)))
 
     # -- train step ------------------------------------------------------------------------------
@@ -169,20 +202,5 @@ class PlacetoAgent(tf_agent.TFAgent):
         gradients = tape.gradient(loss_info.loss, variables)
         gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
         self._optimizer.apply_gradients(zip(gradients, variables))
-        self._record_returns(experience, weights)
         self.train_step_counter.assign_add(1)
         return loss_info
-
-    def _record_returns(self, experience, weights):
-        rewards = tf.cast(experience.reward, tf.float32)
-        valid = tf.ones_like(rewards) if weights is None else tf.cast(weights, tf.float32)
-        window, width = self._returns.shape[0], self._returns.shape[1]
-        returns = self._returns_to_go(rewards, valid)[-window:]  # a batch wider than the window
-        valid = valid[-window:]  # keeps its last episodes (rows must be distinct)
-        steps = tf.shape(returns)[1]
-        pad = [[0, 0], [0, width - steps]]
-        batch = tf.shape(returns)[0]
-        rows = tf.math.floormod(self._next_row + tf.range(batch), window)[:, None]
-        self._returns.scatter_nd_update(rows, tf.pad(returns, pad))
-        self._recorded.scatter_nd_update(rows, tf.pad(valid, pad))
-        self._next_row.assign(tf.math.floormod(self._next_row + batch, window))

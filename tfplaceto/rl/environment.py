@@ -1,40 +1,36 @@
-"""`PlacementEnvironment`: the Placeto MDP as a TF-Agents `PyEnvironment` over Problems.
+"""`PlacementEnvironment`: the Placeto MDP as a batched TF-Agents `PyEnvironment` over Problems.
 
-One episode improves one placement of one graph, one colocation class at a time:
-- reset: pick a problem (uniformly among `problems`, seeded), an initial placement (`initial`:
-  "random", "single", a baseline method name, "best" (the best of the fast baselines), an array,
-  or a callable; a tuple of them is sampled per episode), simulate it: T_0 and the cost C_0.
-- each step: the observation describes the graph, the current placement and the class being
-  placed (see `tfplaceto.policy.features`); the action is the device index of that class (its
-  colocation tie moves with it: every member of the class goes to the device); the simulator
-  re-evaluates and the reward is r_t = (C_{t-1} - C_t) / C_0.
-- the episode visits every class once, in topological order (`order="topological"`) or in a
-  random order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0. With `window=k` it visits only
-  k consecutive classes of that order, from a random position: a cheap episode that re-places one
-  region of the graph (the placer's perturbation moves); the sum of rewards is still the episode's
-  improvement. With `polish` (e.g. hill climbing), the placement is polished after the last step
-  and the last reward includes the polish's gain: the return is then the improvement of the
-  polished result, which is what the placer's perturbation episodes are for. With `gains_only`,
-  the only reward is at the last step: max(0, improvement). The search keeps its best placement,
-  so a perturbation that ends worse costs it nothing more than one that changes nothing; scoring
-  losses would teach the policy to change nothing.
+An episode improves one placement of one graph, one colocation class (node) at a time:
+- reset: pick a problem, an initial placement (`initial`: "random" (uniform over the allowed
+  accelerators, seeded), "single", "baseline" (the best fast baseline), an int array, a callable
+  (problem, rng) -> array, or a tuple of these sampled per episode) and simulate it: T_0, C_0.
+- each step: the observation (`tfplaceto.policy.features`) says which class is being placed and
+  what the current placement and its simulated schedule look like; the action is that class's
+  device (its colocation tie moves with it); the simulator re-evaluates and the reward is
+  r_t = (C_{t-1} - C_t) / C_0, the intermediate improvement.
+- the episode visits every class once, in topological order (`order="topological"`) or a random
+  order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0 and the end placement is entirely the
+  policy's choice: a policy that changes nothing keeps its (for "random": bad) start. With
+  `window=k` an episode visits only k consecutive classes of that order from a random position:
+  a re-placement of one region of a given placement (the search's policy perturbations).
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
-largest relative excess of a peak over its device's memory: an OOM placement is always worse than
-the same step time without OOM, and less overflow is better.
+largest relative excess of a peak over its device's memory, so an OOM placement is always worse
+than the same step time without OOM, and less overflow is better.
 
-Lookahead (`lookahead=True`): before each action the simulator also evaluates the placement with the
-class moved to each allowed device (one batched call); the resulting step times are device features.
-Every simulated placement, lookahead included, is a candidate for the problem's `best`
-(lexicographic (OOM, step time)), which is what placers return.
+Batching: the environment runs `batch_size` episodes (lanes) in lockstep, so one network call
+serves every lane. With `same_problem` (the default) all lanes of a batch place the same problem
+(sampled per batch), so their episodes have equal length and their returns at each step index are
+a baseline for each other. The TF-Agents contract holds per lane: a step after a lane's LAST time
+step resets that lane (its action is ignored) and returns FIRST, so drivers and
+`validate_py_environment` run it unchanged.
 
-The environment meets the simulator only through `Problem.simulator()` (arrays in, arrays out) and
-the policy only through the observation arrays of `features.py`. Several environments with the
-same `dims` can be batched (`tf_agents.environments.BatchedPyEnvironment`).
+The environment meets the simulator only through `Problem.simulator()` and the policy only
+through the observation arrays of `features.py`; the static arrays of its problems are
+`statics` (pack them with `features.pack` for the network).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -43,24 +39,10 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from tfplaceto.policy import features as F
-from tfplaceto.problem import Problem
+from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
 
 Initial = str | np.ndarray | Callable[[Problem, np.random.Generator], np.ndarray]
-
-
-@dataclasses.dataclass
-class Best:
-    """The best placement simulated so far: lexicographic (oom, step_time_s)."""
-
-    step_time_s: float = np.inf
-    oom: bool = True
-    placement: np.ndarray | None = None
-
-    def offer(self, step_time_s: float, oom: bool, placement: np.ndarray) -> bool:
-        if (oom, step_time_s) < (self.oom, self.step_time_s):
-            self.step_time_s, self.oom, self.placement = float(step_time_s), bool(oom), placement.copy()
-            return True
-        return False
+INITIAL_NAMES = ("random", "single", "baseline")
 
 
 def placement_cost(step_time_s: float, peak_bytes: np.ndarray, memory_bytes: np.ndarray,
@@ -72,53 +54,99 @@ def placement_cost(step_time_s: float, peak_bytes: np.ndarray, memory_bytes: np.
     return float(step_time_s) * (1.0 + oom_penalty * (1.0 + overflow))
 
 
+def initial_placement(problem: Problem, choice: Initial, rng: np.random.Generator,
+                      cache: dict | None = None) -> np.ndarray:
+    """One initial placement of `problem` (see the module docstring), tied to its classes."""
+    from tfplaceto import baselines
+
+    if isinstance(choice, np.ndarray):
+        placement = choice
+    elif callable(choice):
+        placement = choice(problem, rng)
+    elif choice == "random":
+        placement = baselines.run("random", problem, seed=int(rng.integers(2**31)))
+    elif choice in ("single", "baseline"):
+        cache = {} if cache is None else cache
+        key = (id(problem), choice)
+        if key not in cache:
+            cache[key] = (baselines.run("single", problem) if choice == "single"
+                          else next(iter(baselines.starting_placements(problem).values())))
+        placement = cache[key]
+    else:
+        raise ValueError(f"initial placement must be one of {INITIAL_NAMES}, an array or a "
+                         f"callable, got {choice!r}")
+    placement = np.asarray(placement, np.int32)
+    if placement.shape != (problem.num_nodes,):
+        raise ValueError(f"initial placement has shape {placement.shape}, expected ({problem.num_nodes},)")
+    return problem.tie(placement)
+
+
+class _Lane:
+    """One episode's state."""
+
+    problem: int
+    statics: F.GraphStatics
+    placement: np.ndarray
+    visited: np.ndarray
+    order: np.ndarray
+    t: int
+    cost: float
+    initial_cost: float
+    initial_step_time: float
+    step_time: float
+    oom: bool
+    start: np.ndarray
+    end: np.ndarray
+    peak: np.ndarray
+    done: bool
+
+
 class PlacementEnvironment(py_environment.PyEnvironment):
-    """The Placeto MDP over one or several Problems (module docstring).
+    """The Placeto MDP over one or several Problems, `batch_size` episodes at a time.
 
     Args:
-      problems: a Problem or a sequence of them (one is sampled per episode).
-      initial: initial placement: "random", "single", a baseline method name, "best", an int array
-        (one problem only), a callable (problem, rng) -> array, or a tuple of these (sampled).
+      problems: a Problem or a sequence of them.
+      batch_size: episodes run in lockstep (lanes).
+      initial: initial placement: "random", "single", "baseline", an int array (one problem),
+        a callable (problem, rng) -> array, or a tuple of these (one sampled per episode).
       order: "topological" or "random" order of the classes in an episode.
-      window: visit only this many consecutive classes of the order per episode (None: all).
-      polish: (problem, placement) -> placement applied after the last step (None: nothing).
-      gains_only: reward 0 until the last step, then the improvement if positive, else 0.
-      seed: seeds problem sampling, random initial placements, random orders and windows.
+      seed: seeds problem sampling, random initial placements and random orders.
       oom_penalty: see the module docstring.
-      lookahead: simulate every allowed device for the current class (device features).
-      dims: padded observation sizes (default: the smallest that fit `problems`); environments
-        batched together need the same dims.
+      same_problem: all lanes of a batch place the same problem (sampled per batch).
+      window: visit only this many consecutive classes of the order per episode (None: all).
+      dims: padded observation sizes (default: the smallest that fit `problems`).
     """
 
-    def __init__(self, problems: Problem | Sequence[Problem], initial: Initial | tuple = "random",
-                 order: str = "topological", seed: int = 0, oom_penalty: float = 1.0,
-                 lookahead: bool = True, dims: F.Dims | None = None, window: int | None = None,
-                 polish: Callable[[Problem, np.ndarray], np.ndarray] | None = None,
-                 gains_only: bool = False):
-        super().__init__()
+    def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
+                 initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
+                 oom_penalty: float = 1.0, same_problem: bool = True, dims: F.Dims | None = None,
+                 window: int | None = None):
+        super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
             raise ValueError("PlacementEnvironment needs at least one problem")
         if order not in ("topological", "random"):
             raise ValueError(f"order must be 'topological' or 'random', got {order!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self._statics = [F.graph_statics(p) for p in self._problems]
-        self._dims = dims or F.dims_for(self._statics, [p.num_devices for p in self._problems])
+        self._dims = dims or F.dims_for(self._statics)
         self._initial = initial if isinstance(initial, tuple) else (initial,)
         self._order_kind = order
+        self._rng = np.random.default_rng(seed)
+        self._oom_penalty = oom_penalty
+        self._same_problem = same_problem
+        self._batch = batch_size
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
-        self._polish = polish
-        self._gains_only = gains_only
-        self._rng = np.random.default_rng(seed)
-        self._oom_penalty = oom_penalty
-        self._lookahead = lookahead
-        self._baseline_cache: dict[tuple[int, str], np.ndarray] = {}
+        self._cache: dict = {}
         self._observation_spec = F.observation_spec(self._dims)
         self._action_spec = array_spec.BoundedArraySpec((), np.int32, 0, self._dims.devices - 1,
                                                         name="device")
         self._best = [Best() for _ in self._problems]
-        self._index = 0
+        self._lanes = [_Lane() for _ in range(batch_size)]
+        self._summaries: list[dict] = []
 
     # -- specs and state -------------------------------------------------------------------------
     def observation_spec(self) -> dict:
@@ -126,6 +154,14 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def action_spec(self) -> array_spec.BoundedArraySpec:
         return self._action_spec
+
+    @property
+    def batched(self) -> bool:
+        return True
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch
 
     @property
     def dims(self) -> F.Dims:
@@ -136,142 +172,25 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return self._problems
 
     @property
-    def problem(self) -> Problem:
-        """The problem of the current episode."""
-        return self._problems[self._index]
+    def statics(self) -> list[F.GraphStatics]:
+        return self._statics
 
-    @property
-    def placement(self) -> np.ndarray:
-        """The current placement (device index of every node)."""
-        return self._placement.copy()
+    def placements(self) -> list[np.ndarray]:
+        """The current placement of every lane (copies)."""
+        return [lane.placement.copy() for lane in self._lanes]
 
-    @property
-    def step_time_s(self) -> float:
-        return self._step_time
-
-    @property
-    def initial_step_time_s(self) -> float:
-        return self._initial_step_time
-
-    @property
-    def oom(self) -> bool:
-        return self._oom
-
-    @property
-    def best(self) -> Best:
-        """The best placement simulated so far for the current episode's problem."""
-        return self._best[self._index]
+    def step_times(self) -> np.ndarray:
+        """The current simulated step time of every lane."""
+        return np.array([lane.step_time for lane in self._lanes])
 
     def best_for(self, index: int) -> Best:
         """The best placement simulated so far for `problems[index]`."""
         return self._best[index]
 
-    # -- episode -----------------------------------------------------------------------------------
-    def _initial_placement(self, problem: Problem) -> np.ndarray:
-        choice = self._initial[self._rng.integers(len(self._initial))] if len(self._initial) > 1 \
-            else self._initial[0]
-        if isinstance(choice, np.ndarray):
-            placement = choice
-        elif callable(choice):
-            placement = choice(problem, self._rng)
-        elif choice == "best":
-            key = (self._index, choice)
-            if key not in self._baseline_cache:
-                from tfplaceto.baselines import starting_placements
-
-                self._baseline_cache[key] = next(iter(starting_placements(problem).values()))
-            placement = self._baseline_cache[key]
-        elif choice == "random":
-            from tfplaceto.baselines import random_placement
-
-            placement = random_placement.place(problem, seed=int(self._rng.integers(2**31)))
-        else:
-            key = (self._index, choice)
-            if key not in self._baseline_cache:
-                from tfplaceto import baselines
-
-                self._baseline_cache[key] = baselines.run(choice, problem)
-            placement = self._baseline_cache[key]
-        placement = np.asarray(placement, np.int32)
-        if placement.shape != (problem.num_nodes,):
-            raise ValueError(f"initial placement has shape {placement.shape}, expected "
-                             f"({problem.num_nodes},)")
-        return problem.tie(placement)
-
-    def _simulate(self) -> None:
-        problem = self.problem
-        result = problem.simulator().result(self._placement)
-        names = result.device_names
-        peak = np.array([result.peak_memory_bytes[n] for n in names], np.float64)
-        self._sim = F.SimState(result.step_time_s, result.node_start_s, result.node_end_s,
-                               np.array([result.busy_s[n] for n in names]), peak)
-        self._step_time = result.step_time_s
-        self._oom = result.oom
-        self._cost = placement_cost(result.step_time_s, peak, problem.memory_bytes, self._oom_penalty)
-        self.best.offer(result.step_time_s, result.oom, self._placement)
-
-    def _observe(self) -> dict:
-        statics = self._statics[self._index]
-        step = self._order[min(self._t, len(self._order) - 1)]
-        allowed = self.problem.allowed[statics.steps[step]]
-        lookahead_s = lookahead_oom = None
-        if self._lookahead and self._t < len(self._order):
-            lookahead_s, lookahead_oom = self._look_ahead(statics.members[step], allowed)
-        return F.observation(statics, self._dims, self._placement, self._sim, step, self._visited,
-                             allowed, lookahead_s, lookahead_oom)
-
-    def _look_ahead(self, members: np.ndarray, allowed: np.ndarray):
-        devices = np.flatnonzero(allowed)
-        candidates = np.repeat(self._placement[None], len(devices), axis=0)
-        candidates[:, members] = devices[:, None]
-        steps, _, ooms = self.problem.simulator().run_batch(candidates)
-        for k in range(len(devices)):
-            self.best.offer(steps[k], ooms[k], candidates[k])
-        step_s = np.zeros(len(allowed))
-        oom = np.zeros(len(allowed))
-        step_s[devices], oom[devices] = steps, ooms
-        return step_s, oom
-
-    def _reset(self) -> ts.TimeStep:
-        self._index = int(self._rng.integers(len(self._problems)))
-        statics = self._statics[self._index]
-        self._placement = self._initial_placement(self.problem).copy()
-        self._simulate()
-        self._initial_cost = self._cost
-        self._initial_step_time = self._step_time
-        self._order = np.arange(statics.num_steps)
-        if self._order_kind == "random":
-            self._order = self._rng.permutation(statics.num_steps)
-        if self._window is not None and self._window < statics.num_steps:
-            begin = int(self._rng.integers(statics.num_steps - self._window + 1))
-            self._order = self._order[begin:begin + self._window]
-        self._visited = np.zeros(statics.num_nodes, np.float32)
-        self._t = 0
-        return ts.restart(self._observe())
-
-    def _step(self, action) -> ts.TimeStep:
-        statics = self._statics[self._index]
-        step = self._order[self._t]
-        device = int(action)
-        node = statics.steps[step]
-        if not (0 <= device < self.problem.num_devices and self.problem.allowed[node, device]):
-            raise ValueError(f"device {device} is masked for node {node} "
-                             f"({self.problem.graph.names[node]!r})")
-        previous = self._cost
-        members = statics.members[step]
-        self._placement[members] = device
-        self._visited[members] = 1.0
-        if self._polish is not None and self._t + 1 == len(self._order):
-            self._placement = np.asarray(self._polish(self.problem, self._placement.copy()), np.int32)
-        self._simulate()
-        reward = np.float32((previous - self._cost) / self._initial_cost)
-        if self._gains_only:
-            last = self._t + 1 == len(self._order)
-            reward = np.float32(max(0.0, 1.0 - self._cost / self._initial_cost) if last else 0.0)
-        self._t += 1
-        if self._t >= len(self._order):
-            return ts.termination(self._observe(), reward)
-        return ts.transition(self._observe(), reward)
+    def pop_summaries(self) -> list[dict]:
+        """Figures of the episodes finished since the last call (one dict per episode)."""
+        summaries, self._summaries = self._summaries, []
+        return summaries
 
     def get_state(self) -> dict:
         """The random generator's state (what a resumed training run needs to continue exactly)."""
@@ -280,10 +199,92 @@ class PlacementEnvironment(py_environment.PyEnvironment):
     def set_state(self, state: dict) -> None:
         self._rng.bit_generator.state = state["rng"]
 
-    # -- bookkeeping for loops ---------------------------------------------------------------------
-    def episode_summary(self) -> dict:
-        """Figures of the current (usually just finished) episode."""
-        return {"problem": self._index, "initial_step_time_s": self._initial_step_time,
-                "step_time_s": self._step_time, "oom": self._oom,
-                "improvement": (self._initial_cost - self._cost) / self._initial_cost,
-                "steps": len(self._order)}
+    # -- episodes ----------------------------------------------------------------------------------
+    def _simulate(self, lane: _Lane) -> None:
+        problem = self._problems[lane.problem]
+        lane.start, lane.end, lane.peak = problem.simulator().schedule(lane.placement)
+        lane.step_time = float(lane.end.max()) if len(lane.end) else 0.0
+        lane.oom = bool((lane.peak > problem.memory_bytes).any())
+        lane.cost = placement_cost(lane.step_time, lane.peak, problem.memory_bytes, self._oom_penalty)
+        self._best[lane.problem].offer(lane.step_time, lane.oom, lane.placement)
+
+    def _begin(self, lane: _Lane, index: int) -> None:
+        problem = self._problems[index]
+        statics = self._statics[index]
+        choice = self._initial[int(self._rng.integers(len(self._initial)))]
+        lane.problem, lane.statics = index, statics
+        lane.placement = initial_placement(problem, choice, self._rng, self._cache).copy()
+        lane.visited = np.zeros(statics.num_nodes, np.float32)
+        lane.order = (self._rng.permutation(statics.num_steps) if self._order_kind == "random"
+                      else np.arange(statics.num_steps))
+        if self._window is not None and self._window < statics.num_steps:
+            begin = int(self._rng.integers(statics.num_steps - self._window + 1))
+            lane.order = lane.order[begin:begin + self._window]
+        lane.t, lane.done = 0, False
+        self._simulate(lane)
+        lane.initial_cost, lane.initial_step_time = lane.cost, lane.step_time
+
+    def _observe(self, step_type: np.ndarray, reward: np.ndarray) -> ts.TimeStep:
+        obs = F.empty_observations(self._dims, self._batch)
+        for row, lane in enumerate(self._lanes):
+            step = lane.order[min(lane.t, len(lane.order) - 1)]
+            busy = np.bincount(lane.placement, weights=lane.end - lane.start,
+                               minlength=lane.statics.num_devices)
+            F.fill_observation(obs, row, lane.statics, lane.problem, step, lane.placement,
+                               lane.visited, lane.start, lane.end, busy, lane.peak, lane.step_time)
+        discount = (step_type != ts.StepType.LAST).astype(np.float32)
+        return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)
+
+    def _sample_problem(self) -> int:
+        return int(self._rng.integers(len(self._problems)))
+
+    def _reset(self) -> ts.TimeStep:
+        shared = self._sample_problem() if self._same_problem else None
+        for lane in self._lanes:
+            self._begin(lane, shared if shared is not None else self._sample_problem())
+        return self._observe(np.full(self._batch, ts.StepType.FIRST), np.zeros(self._batch))
+
+    def _step(self, action) -> ts.TimeStep:
+        actions = np.asarray(action).reshape(-1)
+        if len(actions) != self._batch:
+            raise ValueError(f"expected {self._batch} actions, got {len(actions)}")
+        if all(lane.done for lane in self._lanes):
+            return self._reset()
+        step_type = np.full(self._batch, ts.StepType.MID)
+        reward = np.zeros(self._batch)
+        shared = None
+        for row, (lane, device) in enumerate(zip(self._lanes, actions.tolist())):
+            if lane.done:  # auto-reset of this lane
+                if self._same_problem:
+                    shared = self._sample_problem() if shared is None else shared
+                self._begin(lane, shared if shared is not None else self._sample_problem())
+                step_type[row] = ts.StepType.FIRST
+                continue
+            reward[row] = self._act(lane, int(device))
+            if lane.t >= len(lane.order):
+                lane.done = True
+                step_type[row] = ts.StepType.LAST
+                self._summaries.append(self._summary(lane))
+        return self._observe(step_type, reward)
+
+    def _act(self, lane: _Lane, device: int) -> float:
+        statics = lane.statics
+        step = lane.order[lane.t]
+        node = statics.steps[step]
+        problem = self._problems[lane.problem]
+        if not (0 <= device < problem.num_devices and statics.allowed[node, device]):
+            raise ValueError(f"device {device} is masked for node {node} ({problem.graph.names[node]!r})")
+        members = statics.members[step]
+        previous = lane.cost
+        lane.visited[members] = 1.0
+        lane.t += 1
+        if lane.placement[node] != device:  # an unchanged placement needs no simulation
+            lane.placement[members] = device
+            self._simulate(lane)
+        return (previous - lane.cost) / lane.initial_cost
+
+    def _summary(self, lane: _Lane) -> dict:
+        return {"problem": lane.problem, "initial_step_time_s": lane.initial_step_time,
+                "step_time_s": lane.step_time, "oom": lane.oom,
+                "improvement": (lane.initial_cost - lane.cost) / lane.initial_cost,
+                "steps": len(lane.order), "placement": lane.placement.copy()}

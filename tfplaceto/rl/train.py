@@ -1,22 +1,24 @@
-"""Training the Placeto policy: rollouts, REINFORCE updates, summaries, checkpoints that resume.
+"""Training the Placeto policy: lockstep collection, REINFORCE updates, summaries, resumable runs.
 
-  rollout(envs, logits_fn, rng, greedy)  one episode in each environment, in lockstep (one batched
-                       network call per step); returns the padded Trajectory, its weights and the
-                       episodes' summaries. Actions are drawn with a numpy Generator (Gumbel-max
-                       over the masked logits), so a seed fixes them.
-  train(problems, episodes, logdir, seed, ...)   the loop (gin-configurable): several rollouts per
-                       update, TensorBoard summaries, a tqdm bar showing the best step time, and a
+  collect(env, policy, num_steps)   one batch of lockstep episodes through TF-Agents' `PyDriver`
+                       with the agent's collect policy (`PyTFEagerPolicy`, compiled); returns the
+                       Trajectory [B, T] and its weights (0 on the boundary step).
+  greedy_placements(problem, network, start, starts, seed)  the policy alone: the end placements
+                       of greedy episodes (in lockstep); what `placeto_policy` returns and what
+                       the learning benchmarks measure.
+  train(problems, episodes, logdir, seed, ...)   the loop (gin-configurable): one batch of
+                       `lanes` episodes of one problem per update (problems sampled per batch),
+                       entropy bonus decayed linearly, TensorBoard summaries, a tqdm bar, a
                        checkpoint every few updates in `logdir`; run it again with the same
-                       arguments and it resumes from the last checkpoint.
+                       arguments and it resumes exactly from the last checkpoint.
   family_problems(family, clusters, num_graphs)  Problems of built-in family members.
-  train_family(family, clusters, ...)            train on a family.
-  train_command(family, clusters, logdir, episodes, seed, num_graphs)  the `tfplaceto train` verb.
 
-What a logdir holds: `ckpt/` (tf.train.CheckpointManager: network, optimizer, baseline buffer,
-step counter), `state.json` (episodes done, wall time, the generators' states, the best placement
-of every problem, the problems' fingerprints; written atomically after each checkpoint),
-`policy/` (the exported network, loadable by `tfplaceto.policy.checkpoint.load_policy`), and
-TensorBoard event files.
+The budget is an episode count (seeded), so a result does not depend on the machine's speed.
+What a logdir holds: `ckpt/` (network, optimizer, entropy coefficient, sampling generator, step
+counter), `state.json` (episodes, decisions, wall time, the environment's generator state, the
+best placement of every problem, the problems' fingerprints, the history; written atomically
+after each checkpoint), `policy/` (the exported network, `tfplaceto.policy.checkpoint`),
+`summary.json` and TensorBoard event files.
 """
 
 from __future__ import annotations
@@ -25,112 +27,86 @@ import dataclasses
 import json
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.drivers import py_driver
+from tf_agents.policies import py_tf_eager_policy
 from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 
-from tfplaceto.baselines import starting_placements
+from tfplaceto.placement import atomic_write
 from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
-from tfplaceto.rl.agent import PlacetoAgent
+from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import Best, PlacementEnvironment
 
 
-# -- collection ---------------------------------------------------------------------------------------
-def _stack(observations: Sequence[dict]) -> dict:
-    return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+# -- acting ---------------------------------------------------------------------------------------
+def specs(env: PlacementEnvironment):
+    """(time step spec, action spec) of `env` as TensorSpecs."""
+    return tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec())
 
 
-def make_logits_fn(network: PlacetoNetwork, observation_spec: dict) -> Callable[[dict], np.ndarray]:
-    """A tf.function (batch dimension left open) from stacked observations to logits."""
-    signature = {k: tf.TensorSpec((None,) + tuple(s.shape), s.dtype, k) for k, s in observation_spec.items()}
+def collect(env: PlacementEnvironment, policy, time_step):
+    """Runs every lane of `env` to the end of its episode with `policy` (a PyPolicy).
 
-    @tf.function(input_signature=[signature], autograph=False)
-    def logits(observation):
-        return network(observation)
-
-    return lambda observation: logits({k: tf.constant(v) for k, v in observation.items()}).numpy()
-
-
-def choose(logits: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-    """Greedy (rng None) or sampled (Gumbel-max) device per row of masked logits."""
-    logits = np.asarray(logits, np.float64)
-    if rng is not None:
-        logits = logits + rng.gumbel(size=logits.shape)
-    return logits.argmax(axis=1).astype(np.int32)
-
-
-def rollout(envs: Sequence[PlacementEnvironment], logits_fn, rng: np.random.Generator | None,
-            num_steps: int | None = None):
-    """One episode in each env, stepped together; (Trajectory [B, T], weights [B, T], summaries).
-
-    T is `num_steps` (default: the longest episode); steps past an episode's end are padding
-    (weight 0, copies of its last observation). rng None acts greedily.
+    `time_step` must be FIRST for every lane (as `env.reset()` or the previous collect returns).
+    Returns (Trajectory [B, T] as numpy, weights [B, T], the next time step (FIRST)).
     """
-    steps = [envs[i].reset() for i in range(len(envs))]
-    records: list[list[tuple]] = [[] for _ in envs]
-    summaries: list[dict | None] = [None] * len(envs)
-    running = list(range(len(envs)))
-    while running:
-        observations = _stack([steps[i].observation for i in running])
-        actions = choose(logits_fn(observations), rng)
-        still = []
-        for i, action in zip(running, actions):
-            following = envs[i].step(action)
-            records[i].append((steps[i].observation, action, float(following.reward)))
-            steps[i] = following
-            if following.is_last():
-                summaries[i] = envs[i].episode_summary()
-            else:
-                still.append(i)
-        running = still
-    length = num_steps or max(len(r) for r in records)
-    if max(len(r) for r in records) > length:
-        raise ValueError(f"an episode has more than num_steps={length} steps")
-    batch = len(envs)
-    weights = np.zeros((batch, length), np.float32)
-    rewards = np.zeros((batch, length), np.float32)
-    actions = np.zeros((batch, length), np.int32)
-    observations = []
-    for b, record in enumerate(records):
-        count = len(record)
-        weights[b, :count] = 1.0
-        rewards[b, :count] = [r for _, _, r in record]
-        actions[b, :count] = [a for _, a, _ in record]
-        padded = [o for o, _, _ in record] + [record[-1][0]] * (length - count)
-        observations.append(_stack(padded))
-    step_type = np.where(np.arange(length) == 0, ts.StepType.FIRST, ts.StepType.MID)
-    step_type = np.broadcast_to(step_type, (batch, length)).astype(np.int32)
-    experience = trajectory.Trajectory(
-        step_type=step_type, observation=_stack(observations), action=actions, policy_info=(),
-        next_step_type=np.where(weights > 0, ts.StepType.MID, ts.StepType.LAST).astype(np.int32),
-        reward=rewards, discount=np.ones((batch, length), np.float32))
-    return experience, weights, summaries
+    steps: list = []
+    driver = py_driver.PyDriver(env, policy, [steps.append], max_episodes=env.batch_size)
+    time_step, _ = driver.run(time_step)
+    experience = tf.nest.map_structure(lambda *xs: np.stack(xs, axis=1), *steps)
+    weights = (~experience.is_boundary()).astype(np.float32)
+    return experience, weights, time_step
+
+
+def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,
+                      seed: int = 0) -> list[np.ndarray]:
+    """The policy alone: the end placements of `starts` greedy episodes (in lockstep) from
+    `start` ("random": random placements drawn with `seed`; "single"; "baseline"; an array).
+
+    No search and no climbing: a policy that changes nothing returns its start.
+    """
+    from tf_agents.policies import greedy_policy
+
+    env = PlacementEnvironment(problem, batch_size=starts, initial=start, seed=seed)
+    time_step_spec, action_spec = specs(env)
+    packed = as_tensors(F.pack(env.statics, env.dims))
+    greedy = greedy_policy.GreedyPolicy(PlacetoPolicy(time_step_spec, action_spec, network, packed))
+    collect(env, py_tf_eager_policy.PyTFEagerPolicy(greedy, use_tf_function=True,
+                                                    batch_time_steps=False), env.reset())
+    return [summary["placement"] for summary in env.pop_summaries()]
 
 
 # -- the loop -----------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class TrainResult:
-    """What a training run leaves: the network, the best placement of every problem, the history.
+    """What a training run leaves.
 
     history: one dict per episode: episode, update, wall_s (training wall time so far), problem,
-      step_time_s, improvement (over the episode's initial placement), best_step_time_s (of that
-      problem so far).
+      step_time_s (end of the episode), improvement (over its initial placement),
+      best_step_time_s (of that problem so far).
     """
 
     network: PlacetoNetwork
     best: list[Best]
     history: list[dict]
     episodes: int
+    decisions: int
     wall_s: float
+    policy_dir: str | None = None
+    labels: list[str] | None = None  # one per problem ("source@cluster"), when known
+
+    @property
+    def best_step_time_s(self) -> dict[str, float]:
+        """The best step time simulated during training, per problem (label -> seconds)."""
+        labels = self.labels or [str(i) for i in range(len(self.best))]
+        return {label: b.step_time_s for label, b in zip(labels, self.best)}
 
 
 def _fingerprints(problems: Sequence[Problem]) -> list[str]:
@@ -138,10 +114,7 @@ def _fingerprints(problems: Sequence[Problem]) -> list[str]:
 
 
 def _write_json(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(payload).encode())
 
 
 def _best_to_json(best: Best) -> dict:
@@ -156,62 +129,53 @@ def _best_from_json(payload: dict) -> Best:
 
 
 @gin.configurable(denylist=["problems", "logdir", "network", "callback"])
-def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: str | None = None,
-          seed: int = 0, rollouts_per_update: int = 4, initial: str | tuple = ("best", "single"),
-          order: str = "topological", lookahead: bool = True, window: int | None = None,
-          polish: Callable | None = None, gains_only: bool = False, hidden: int = 32, rounds: int = 2,
-          lookahead_prior: float = 50.0,
-          learning_rate: float = 3e-3, entropy_coefficient: float = 0.01,
-          gradient_clipping: float = 1.0, baseline_window: int = 16,
-          max_train_steps: int | None = 512, oom_penalty: float = 1.0,
-          checkpoint_every: int = 5, budget_s: float | None = None,
+def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
+          seed: int = 0, lanes: int = 32, initial: str | tuple = "random",
+          order: str = "topological", hidden: int = 32, rounds: int = 8,
+          learning_rate: float = 1e-3, entropy_coefficient: float = 0.02,
+          final_entropy_coefficient: float = 0.001, entropy_decay_episodes: int = 4096,
+          gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 1024,
+          oom_penalty: float = 1.0, checkpoint_every: int = 10,
           network: PlacetoNetwork | None = None, progress: bool = True,
-          callback: Callable[[dict], None] | None = None) -> TrainResult:
+          callback: Callable[[dict], None] | None = None,
+          stop_after_s: float | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
-      problems: a Problem or several (each episode samples one, per environment).
-      episodes: total episodes (counting those of a resumed run).
+      problems: a Problem or several (each batch of `lanes` episodes samples one).
+      episodes: total episodes (counting those of a resumed run); a multiple of `lanes` is run.
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
-      seed: seeds the network (when not given), the environments and the actions.
-      rollouts_per_update: episodes per REINFORCE update (collected in lockstep).
-      initial, order, lookahead, window, polish, gains_only, oom_penalty: see PlacementEnvironment.
-      hidden, rounds, lookahead_prior: the network (ignored when `network` is given).
-      learning_rate, entropy_coefficient, gradient_clipping, baseline_window, max_train_steps:
-        see PlacetoAgent.
+      seed: seeds the network (when not given), the environment and the actions.
+      lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
+      initial, order, oom_penalty: see PlacementEnvironment (the paper's MDP: random starts).
+      hidden, rounds: the network (ignored when `network` is given).
+      learning_rate, gradient_clipping, discount, max_train_steps: see PlacetoAgent.
+      entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
+        decays linearly from the first to the second over that many episodes (a number of its
+        own, not `episodes`: a resumed run with a larger budget keeps the same schedule).
       checkpoint_every: updates between checkpoints (also one at the end).
-      budget_s: stop after this many wall seconds of this call (between updates).
       network: start from these weights (e.g. the shipped policy) instead of fresh ones.
-      progress: show a tqdm bar (postfix: the best step time found).
+      progress: show a tqdm bar.
       callback: called with each episode's history entry.
+      stop_after_s: also stop (between updates) after this many seconds of this call: for
+        fine-tuning within a placement's time budget; training runs are budgeted in episodes.
     """
     start = time.perf_counter()
     problems = [problems] if isinstance(problems, Problem) else list(problems)
-    statics = [F.graph_statics(p) for p in problems]
-    dims = F.dims_for(statics, [p.num_devices for p in problems])
-    num_steps = max(s.num_steps for s in statics)
-    num_steps = min(num_steps, window) if window else num_steps
-    seeds = np.random.SeedSequence(seed).spawn(rollouts_per_update + 1)
-    initial = _shared(initial)
-    envs = [PlacementEnvironment(problems, initial=initial, order=order, seed=int(s.generate_state(1)[0]),
-                                 oom_penalty=oom_penalty, lookahead=lookahead, dims=dims, window=window,
-                                 polish=polish, gains_only=gains_only)
-            for s in seeds[:-1]]
-    action_rng = np.random.default_rng(seeds[-1])
-    network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, lookahead_prior=lookahead_prior,
-                                        seed=seed)
-    observation_spec = envs[0].observation_spec()
-    network.warm_up(observation_spec)
-    time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation_spec))
-    action_spec = tensor_spec.from_spec(envs[0].action_spec())
-    agent = PlacetoAgent(time_step_spec, action_spec, network, learning_rate=learning_rate,
+    env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
+                               oom_penalty=oom_penalty)
+    packed = as_tensors(F.pack(env.statics, env.dims))
+    network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed)
+    time_step_spec, action_spec = specs(env)
+    agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
-                         baseline_window=baseline_window, max_train_steps=max_train_steps, seed=seed)
-    logits_fn = make_logits_fn(network, observation_spec)
-    reference = _reference_times(problems)
+                         discount=discount, max_train_steps=max_train_steps, seed=seed)
+    policy = py_tf_eager_policy.PyTFEagerPolicy(agent.collect_policy, use_tf_function=True,
+                                                batch_time_steps=False)
+    decay = max(entropy_decay_episodes, 1)
     best = [Best() for _ in problems]
     history: list[dict] = []
-    done, wall_before = 0, 0.0
+    done, decisions, wall_before = 0, 0, 0.0
 
     manager = writer = None
     if logdir:
@@ -226,10 +190,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
                 raise ValueError(f"{logdir} holds a run on other problems or another network; use a "
                                  "new logdir (or the same problems and network to resume)")
             checkpoint.restore(os.path.join(logdir, "ckpt", state["checkpoint"])).assert_consumed()
-            done, wall_before = state["episodes"], state["wall_s"]
-            for env, env_state in zip(envs, state["envs"]):
-                env.set_state(env_state)
-            action_rng.bit_generator.state = state["action_rng"]
+            done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
+            env.set_state(state["env"])
             best = [_best_from_json(b) for b in state["best"]]
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
@@ -237,15 +199,19 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
     def save() -> None:
         if manager is None:
             return
+        wall = wall_before + time.perf_counter() - start
         path = manager.save(checkpoint_number=agent.train_step_counter)
-        _write_json(os.path.join(logdir, "state.json"), {
-            "checkpoint": os.path.basename(path), "episodes": done,
-            "wall_s": wall_before + time.perf_counter() - start, "fingerprints": _fingerprints(problems),
-            "network": network.config, "envs": [env.get_state() for env in envs],
-            "action_rng": action_rng.bit_generator.state, "best": [_best_to_json(b) for b in best],
-            "history": history})
         save_policy(network, os.path.join(logdir, "policy"),
-                           notes={"episodes": done, "problems": len(problems)})
+                    notes={"episodes": done, "decisions": decisions, "problems": len(problems)})
+        _write_json(os.path.join(logdir, "state.json"), {
+            "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
+            "wall_s": wall, "fingerprints": _fingerprints(problems), "network": network.config,
+            "env": env.get_state(), "best": [_best_to_json(b) for b in best], "history": history})
+        _write_json(os.path.join(logdir, "summary.json"), {
+            "episodes": done, "decisions": decisions, "wall_s": wall,
+            "learner_steps": int(agent.train_step_counter.numpy()), "episodes_per_actor": {"0": done},
+            "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
+            "best_step_time_s": [b.step_time_s for b in best]})
 
     bar = None
     if progress:
@@ -254,18 +220,22 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
     updates_since_save = 0
     while done < episodes:
-        if budget_s is not None and time.perf_counter() - start >= budget_s:
+        if stop_after_s is not None and time.perf_counter() - start >= stop_after_s:
             break
-        batch = envs[:min(rollouts_per_update, episodes - done)]
-        experience, weights, summaries = rollout(batch, logits_fn, action_rng, num_steps)
+        agent.entropy_coefficient.assign(entropy_coefficient + (final_entropy_coefficient - entropy_coefficient)
+                                         * min(done / decay, 1.0))
+        # Every batch starts from a reset: a resumed run then draws the same starts as one that
+        # was not interrupted (the reset at the last boundary is already in the saved state).
+        experience, weights, _ = collect(env, policy, env.reset())
         loss_info = agent.train(tf.nest.map_structure(tf.constant, experience), tf.constant(weights))
         update = int(agent.train_step_counter.numpy())
         wall = wall_before + time.perf_counter() - start
-        for env in batch:
-            for index in range(len(problems)):
-                candidate = env.best_for(index)
-                if candidate.placement is not None:
-                    best[index].offer(candidate.step_time_s, candidate.oom, candidate.placement)
+        decisions += int(weights.sum())
+        for index in range(len(problems)):
+            candidate = env.best_for(index)
+            if candidate.placement is not None:
+                best[index].offer(candidate.step_time_s, candidate.oom, candidate.placement)
+        summaries = env.pop_summaries()
         for summary in summaries:
             done += 1
             entry = {"episode": done, "update": update, "wall_s": wall, "problem": summary["problem"],
@@ -278,18 +248,14 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
             with writer.as_default(step=done):
                 tf.summary.scalar("episode/step_time_s", np.mean([s["step_time_s"] for s in summaries]))
                 tf.summary.scalar("episode/improvement", np.mean([s["improvement"] for s in summaries]))
-                tf.summary.scalar("episode/best_over_single", _mean_ratio(best, reference))
                 tf.summary.scalar("train/loss", loss_info.loss)
                 tf.summary.scalar("train/policy_loss", loss_info.extra.policy_loss)
                 tf.summary.scalar("train/entropy", loss_info.extra.entropy)
+                tf.summary.scalar("train/decisions_per_s", decisions / max(wall, 1e-9))
         if bar is not None:
             bar.update(len(summaries))
-            if len(problems) == 1:
-                bar.set_postfix(best_ms=f"{best[0].step_time_s * 1e3:.3f}",
-                                entropy=f"{float(loss_info.extra.entropy):.2f}")
-            else:
-                bar.set_postfix(best_over_single=f"{_mean_ratio(best, reference):.3f}",
-                                entropy=f"{float(loss_info.extra.entropy):.2f}")
+            bar.set_postfix(end_ms=f"{np.mean([s['step_time_s'] for s in summaries]) * 1e3:.4g}",
+                            entropy=f"{float(loss_info.extra.entropy):.2f}")
         updates_since_save += 1
         if updates_since_save >= checkpoint_every:
             save()
@@ -300,43 +266,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 200, logdir: st
         save()
     if writer is not None:
         writer.flush()
-    return TrainResult(network, best, history, done, wall_before + time.perf_counter() - start)
-
-
-def _shared(initial):
-    """`initial` with baseline names ("best", "m_etf", ...) computed once for all environments."""
-    choices = initial if isinstance(initial, tuple) else (initial,)
-    cache: dict[tuple[int, str], np.ndarray] = {}
-
-    def memoized(name: str):
-        def placement(problem: Problem, rng: np.random.Generator) -> np.ndarray:
-            key = (id(problem), name)
-            if key not in cache:
-                if name == "best":
-                    cache[key] = next(iter(starting_placements(problem).values()))
-                else:
-                    from tfplaceto import baselines
-
-                    cache[key] = baselines.run(name, problem)
-            return cache[key]
-
-        return placement
-
-    shared = tuple(memoized(c) if isinstance(c, str) and c != "random" else c for c in choices)
-    return shared if isinstance(initial, tuple) else shared[0]
-
-
-def _reference_times(problems: Sequence[Problem]) -> list[float]:
-    """The single-device step time of every problem: the scale of the progress figures."""
-    from tfplaceto import baselines
-
-    return [float(p.simulator().run(baselines.run("single", p))[0]) for p in problems]
-
-
-def _mean_ratio(best: Sequence[Best], reference: Sequence[float]) -> float:
-    """Mean over problems of best step time / reference step time (problems without a best skipped)."""
-    ratios = [b.step_time_s / r for b, r in zip(best, reference) if np.isfinite(b.step_time_s) and r > 0]
-    return float(np.mean(ratios)) if ratios else float("nan")
+    return TrainResult(network, best, history, done, decisions, wall_before + time.perf_counter() - start,
+                       os.path.join(logdir, "policy") if logdir else None)
 
 
 # -- families -----------------------------------------------------------------------------------------
@@ -356,28 +287,40 @@ def family_problems(family: str, clusters: Sequence[str], num_graphs: int, first
     return problems
 
 
-@gin.configurable(denylist=["logdir"])
-def train_family(family: str | Sequence[str], clusters: Sequence[str], logdir: str | None,
-                 num_graphs: int = 4, episodes: int = 400, seed: int = 0, **kwargs) -> TrainResult:
-    """Trains on members 0 .. num_graphs - 1 of one or several built-in families on each cluster."""
-    families = [family] if isinstance(family, str) else list(family)
-    problems = [p for name in families for p in family_problems(name, clusters, num_graphs)]
-    return train(problems, episodes=episodes, logdir=logdir, seed=seed, **kwargs)
+def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], list[str]]:
+    """(Problems, labels "source@cluster") of every source on every cluster: sources are anything
+    `import_graph` takes, or OpGraphs; clusters are presets or Clusters."""
+    from tfplaceto.cluster import as_cluster
+    from tfplaceto.costs import profile
+    from tfplaceto.graph import OpGraph, import_graph
+    from tfplaceto.problem import make_problem
+
+    problems, labels = [], []
+    for source in sources:
+        op_graph = source if isinstance(source, OpGraph) else import_graph(source)
+        label = source if isinstance(source, str) else repr(op_graph)
+        for cluster in map(as_cluster, clusters):
+            problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
+            labels.append(f"{label}@{cluster.name}")
+    return problems, labels
 
 
-def train_command(family: str, clusters: list[str], logdir: str, episodes: int, seed: int,
-                  num_graphs: int) -> None:
-    """`tfplaceto train --family F --cluster C ... --logdir D`: trains, resumes, exports the policy.
+def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0,
+                  **config) -> TrainResult:
+    """`tfplaceto.train`: a policy trained on every source on every cluster (see `train`)."""
+    from tfplaceto import errors
 
-    `family` may list several families separated by commas ("cifar10-cells,ptb-cells"). The trained
-    policy is exported to D/policy (copy it into tfplaceto/policy/pretrained/ to ship it).
-    """
-    families = [f.strip() for f in family.split(",") if f.strip()]
-    result = train_family(families, clusters, logdir, num_graphs=num_graphs, episodes=episodes, seed=seed)
-    if result.history:
-        recent = result.history[-min(len(result.history), 20):]
-        print(f"{result.episodes} episodes in {result.wall_s:.0f} s; mean improvement of the last "
-              f"{len(recent)} episodes {np.mean([h['improvement'] for h in recent]):+.3f}; policy: "
-              f"{os.path.join(logdir, 'policy')}")
-    else:
-        warnings.warn("no episode was run (already done?)", stacklevel=2)
+    if actors:
+        raise errors.TfplacetoError("distributed collection (actors > 0) is not available in this "
+                                    "version; use actors=0 (the embedded engine)")
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
+        raise errors.TfplacetoError(f"episodes must be a positive integer, got {episodes!r}")
+    sources = [sources] if isinstance(sources, str) or not isinstance(sources, Sequence) else list(sources)
+    clusters = [clusters] if isinstance(clusters, str) or not isinstance(clusters, Sequence) else list(clusters)
+    if not sources or not clusters:
+        raise errors.TfplacetoError("train needs at least one source and one cluster")
+    problems, labels = problems_for(sources, clusters)
+    result = train(problems, episodes=episodes, logdir=logdir, seed=seed, **config)
+    result.labels = labels
+    return result
+

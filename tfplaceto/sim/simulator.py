@@ -163,6 +163,15 @@ class Simulator:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
         return steps, peaks, (peaks > self._memory).any(axis=1)
 
+    def schedule(self, device_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start (N,), end (N,), peak bytes per device (D,)) of one placement: what the RL
+        environment observes after every action, without building a SimResult."""
+        devices = self._fast_indices(device_of)
+        start, end, *_, peak, ok = kernel.simulate_schedule(devices, *self._args)
+        if not ok:
+            raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
+        return start, end, peak
+
     def result(self, device_of) -> SimResult:
         """The full SimResult (schedule, traces) of one placement."""
         devices = self._fast_indices(device_of)

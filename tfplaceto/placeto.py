@@ -1,0 +1,118 @@
+"""The Placeto methods: `placeto_policy` (the policy alone) and `placeto` (the search using it).
+
+  policy_placement     `method="placeto_policy"`: the end placement of one greedy episode of the
+                       policy from `start` ("random" by default, drawn with `seed`; "single";
+                       "baseline"). Nothing else: no search, no climbing. A policy that learned
+                       nothing keeps a bad placement, so this is what measures what was learned.
+  policy_perturbation  a `search.Perturbation`: sampled policy episodes re-placing a window of
+                       consecutive classes of a given placement.
+  place                `method="placeto"` (the default): the search (`tfplaceto.search`) from the
+                       best fast baseline and from the policy's own placements (from a random
+                       start and from the best baseline), perturbing by policy episodes and random
+                       moves; with `budget_s` above the search's time, the policy is first
+                       fine-tuned on the problem (the same MDP it was trained with). Never worse
+                       than the best baseline: every start is a candidate.
+
+Layering: this module sits above `tfplaceto.rl` (which trains and runs the policy) and
+`tfplaceto.search` (which knows no policy); neither imports it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tfplaceto import search
+from tfplaceto.policy import features as F
+from tfplaceto.policy.checkpoint import resolve_policy
+from tfplaceto.problem import Problem
+
+STARTS = ("random", "single", "baseline")
+POLICY_PERTURBATIONS = 2  # policy episodes per search round
+RANDOM_PERTURBATIONS = 2  # random window moves per search round
+
+
+def policy_placement(problem: Problem, policy=None, start: str = "random", seed: int = 0) -> np.ndarray:
+    """The policy alone (module docstring): device index of every node of `problem`.
+
+    `policy`: "shipped" (default), "untrained", a policy directory or a PlacetoNetwork.
+    """
+    from tfplaceto.rl.train import greedy_placements
+
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
+    network = resolve_policy(policy, seed)
+    return greedy_placements(problem, network, start=start, starts=1, seed=seed)[0]
+
+
+def policy_perturbation(problem: Problem, network, window: int = search.WINDOW, seed: int = 0,
+                        count: int = POLICY_PERTURBATIONS) -> search.Perturbation:
+    """A Perturbation drawing `count` sampled policy episodes over a window of `window`
+    consecutive classes of the given placement (one batched episode per call)."""
+    from tf_agents.policies import py_tf_eager_policy
+
+    from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+    from tfplaceto.rl.environment import PlacementEnvironment
+    from tfplaceto.rl.train import collect, specs
+
+    current: list[np.ndarray] = []
+    env = PlacementEnvironment(problem, batch_size=count, initial=lambda p, r: current[0], seed=seed,
+                               window=window)
+    time_step_spec, action_spec = specs(env)
+    sampled = PlacetoPolicy(time_step_spec, action_spec, network, as_tensors(F.pack(env.statics, env.dims)),
+                            seed=seed)
+    policy = py_tf_eager_policy.PyTFEagerPolicy(sampled, use_tf_function=True, batch_time_steps=False)
+
+    def perturb(rng: np.random.Generator, placement: np.ndarray, how_many: int) -> list[np.ndarray]:
+        del rng  # the environment and the policy have their own seeded generators
+        current[:] = [placement]
+        moved: list[np.ndarray] = []
+        while len(moved) < how_many:
+            collect(env, policy, env.reset())
+            moved += [summary["placement"] for summary in env.pop_summaries()]
+        return moved[:how_many]
+
+    return perturb
+
+
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy=None,
+          network=None) -> np.ndarray:
+    """`method="placeto"` (module docstring): device index of every node of `problem`.
+
+    Args:
+      problem: the Problem to place.
+      seed: seeds the policy's starts, fine-tuning and the search.
+      budget_s: wall seconds in all (None: the search's default `search.BUDGET_S`); the time
+        beyond `search.BUDGET_S` fine-tunes the policy on the problem first.
+      policy: "shipped" (default), "untrained", a policy directory, or a PlacetoNetwork (which
+        fine-tuning updates).
+      network: deprecated alias of `policy` for a PlacetoNetwork.
+    """
+    from tfplaceto.rl.train import greedy_placements, train
+
+    began = time.perf_counter()
+    deadline = began + max(budget_s or 0.0, search.BUDGET_S)
+    network = resolve_policy(network if network is not None else policy, seed)
+    tuning_s = deadline - search.BUDGET_S - time.perf_counter()
+    if budget_s and tuning_s > 1.0:
+        train(problem, episodes=10**9, seed=seed, network=network, progress=False,
+              stop_after_s=tuning_s)
+    baseline = search.best_baseline(problem, seed)
+    starts = [baseline.placement]
+    for start in ("random", baseline.placement):
+        starts += greedy_placements(problem, network, start=start, starts=1, seed=seed)
+    perturbations = [(policy_perturbation(problem, network, seed=seed), POLICY_PERTURBATIONS),
+                     (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
+    from tqdm.auto import tqdm
+
+    # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
+    with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,
+              leave=False, dynamic_ncols=True) as bar:
+        def on_round(found) -> None:
+            bar.n = min(round(time.perf_counter() - began), bar.total)
+            bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
+
+        best = search.search(problem, starts, perturbations, seed=seed, deadline=deadline,
+                             on_round=on_round)
+    return problem.tie(best.placement)

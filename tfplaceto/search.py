@@ -1,0 +1,150 @@
+"""The search `method="placeto"` runs: climbing on the simulator and iterated perturbation.
+
+It knows nothing of the policy: perturbations are plain functions, so the placer (`placeto.py`)
+perturbs with policy episodes and the benchmarks build their variants (random moves only,
+untrained weights) through the same calls. Map of the file:
+
+  Perturbation         (rng, placement, count) -> `count` perturbed placements.
+  block_moves          moves of runs of consecutive tie classes to one device (a layer at once).
+  prepare_neighbourhoods  the moves every climb tries (single classes, blocks), prepared once.
+  polish               hill climbing over single-class and block moves to a local optimum.
+  best_baseline        the best fast baseline (by simulated (OOM, step time)): a `Best`.
+  random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
+  improve              iterated local search from a `Best`: each round perturbs the best
+                       placement with every perturbation, climbs each result, keeps the best.
+  search               starts (climbed) + improve until a deadline or `patience` idle rounds.
+
+Every placement evaluated is a candidate; the answer is the best, so the search is never worse
+than its starts. Deterministic given `seed` when it stops by patience; a search cut by the
+deadline depends on the machine's speed (like `local_search`'s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tfplaceto.baselines import _common, local_search, starting_placements
+from tfplaceto.problem import Best, Problem
+
+Perturbation = Callable[[np.random.Generator, np.ndarray, int], list[np.ndarray]]
+BUDGET_S = local_search.DEFAULT_BUDGET_S  # the default search time: local_search's, to compare
+BLOCK_SIZES = (2, 4, 8, 16, 32)  # consecutive tie classes a block move sends to one device
+WINDOW = 8  # classes re-placed by one perturbation
+PATIENCE = 8  # rounds without improvement that end the search
+
+
+def block_moves(problem: Problem, inst=None) -> local_search.Moves:
+    """Moves of runs of consecutive tie classes (by their first op's topological position), of
+    BLOCK_SIZES classes overlapping by half, each run to one device.
+
+    A layer, or a stage of a pipeline, is several tie classes: hill climbing over single-class
+    moves cannot move it when every class moved alone makes the step slower (it adds transfers
+    both ways) while moving all of them together makes it faster.
+    """
+    inst = inst or _common.prepare(problem)
+    position = np.empty(inst.num_nodes, np.int64)
+    position[inst.order] = np.arange(inst.num_nodes)
+    classes = np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
+    blocks = [classes[i:i + size] for size in BLOCK_SIZES if size < len(classes)
+              for i in range(0, len(classes) - size // 2, size // 2)]
+    return local_search.class_moves(inst, blocks)
+
+
+def prepare_neighbourhoods(problem: Problem):
+    """(inst, single-class moves, block moves) of `problem`: what every climb tries."""
+    inst = _common.prepare(problem)
+    return inst, local_search.class_moves(inst), block_moves(problem, inst)
+
+
+def polish(problem: Problem, placement: np.ndarray, rng: np.random.Generator,
+           deadline: float = float("inf"), neighbourhoods=None) -> np.ndarray:
+    """`placement` hill-climbed to a local optimum of single-class and block moves in turn (or
+    to the deadline). `neighbourhoods`: `prepare_neighbourhoods(problem)`, made when not given."""
+    inst, singles, blocks = neighbourhoods or prepare_neighbourhoods(problem)
+    current = placement
+    while time.perf_counter() < deadline:
+        current = local_search.climb(problem, current, rng, deadline, inst, singles)
+        moved = local_search.climb(problem, current, rng, deadline, inst, blocks)
+        if np.array_equal(moved, current):
+            break
+        current = moved
+    return current
+
+
+def offer(problem: Problem, best: Best, placement: np.ndarray) -> None:
+    """Simulates `placement` and offers it to `best`."""
+    step_time, _, oom = problem.simulator().run(placement)
+    best.offer(step_time, oom, placement)
+
+
+def best_baseline(problem: Problem, seed: int = 0) -> Best:
+    """The best of the fast baselines (`COMPARED_BASELINES`) by simulated (OOM, step time)."""
+    best = Best()
+    for placement in starting_placements(problem, seed).values():
+        offer(problem, best, placement)
+    return best
+
+
+def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
+    """A Perturbation: `window` consecutive classes (in topological order, at a random position)
+    moved to random allowed devices."""
+    inst = _common.prepare(problem)
+    position = np.empty(inst.num_nodes, np.int64)
+    position[inst.order] = np.arange(inst.num_nodes)
+    members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
+    members.sort(key=lambda m: position[m].min())
+    allowed = [np.flatnonzero(problem.allowed[m[0]]) for m in members]
+
+    def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
+        moved_all = []
+        for _ in range(count):
+            moved = placement.copy()
+            begin = int(rng.integers(max(len(members) - window, 0) + 1))
+            for step in range(begin, min(begin + window, len(members))):
+                moved[members[step]] = rng.choice(allowed[step])
+            moved_all.append(moved)
+        return moved_all
+
+    return perturb
+
+
+def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturbation, int]],
+            seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
+            on_round: Callable[[Best], None] | None = None, neighbourhoods=None) -> Best:
+    """Iterated local search from `best.placement` (a `Best`, updated and returned).
+
+    Each round draws `count` perturbed placements of the best from each (perturbation, count),
+    climbs each (`polish`) and keeps the best seen. Ends at `deadline` or after `patience` rounds
+    in a row without improvement; `on_round(best)` is called after every round.
+    """
+    rng = np.random.default_rng(seed)
+    neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
+    idle = 0
+    while idle < patience and time.perf_counter() < deadline:
+        before = (best.oom, best.step_time_s)
+        for perturb, count in perturbations:
+            for moved in perturb(rng, best.placement, count):
+                if time.perf_counter() >= deadline:
+                    break
+                offer(problem, best, moved)
+                offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
+        idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
+        if on_round is not None:
+            on_round(best)
+    return best
+
+
+def search(problem: Problem, starts: Sequence[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
+           seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
+           on_round: Callable[[Best], None] | None = None) -> Best:
+    """The best placement found from `starts` (each climbed) by `improve` with `perturbations`."""
+    rng = np.random.default_rng(seed)
+    neighbourhoods = prepare_neighbourhoods(problem)
+    best = Best()
+    for placement in starts:
+        offer(problem, best, placement)
+        offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
+    return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods)
