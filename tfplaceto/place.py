@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import baselines, errors
+from tfplaceto import baselines, checks, errors
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs.cost_profile import CostProfile
@@ -53,6 +53,9 @@ def _check_method(method: str) -> None:
         raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
 
 
+check_method = _check_method  # public: bench checks its methods before importing any graph
+
+
 def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
     """Node-level device indices for a Problem (no expansion to ops)."""
     if method == "placeto":
@@ -65,6 +68,7 @@ def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float 
 def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", costs=None, seed: int = 0,
           budget_s: float | None = None) -> Placement:
     """Places every op of op_graph on a device of cluster with one method (see METHODS)."""
+    seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     _check_method(method)
     cluster = as_cluster(cluster)
     costs = _resolve_costs(op_graph, cluster, costs)
@@ -167,6 +171,8 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     from tfplaceto.sim import lower_bound
 
     start = time.perf_counter()
+    seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
+    checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
     try:
         _check_method(method)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tfplaceto import errors
+from tfplaceto import checks
 from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
@@ -21,9 +21,8 @@ BUILTIN_PREFIX = "builtin:"
 
 
 def check_batch_size(batch_size) -> None:
-    """Raises InvalidGraphError unless batch_size is None or a positive int."""
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+    """Raises InvalidGraphError unless batch_size is None or a positive int (not a bool) in range."""
+    checks.check_batch_size(batch_size)
 
 
 def import_graph(source, fetches: Sequence[str] | str | None = None,
