@@ -178,6 +178,7 @@ def _format_table(result) -> str:
 
 
 def _cmd_simulate(args) -> int:
+    from tfplaceto import errors
     from tfplaceto.outputs import OutputSet
 
     outputs = OutputSet({"--gantt": args.gantt, "--trace": args.trace},
@@ -195,7 +196,7 @@ def _cmd_simulate(args) -> int:
     print(f"step time {sim.step_time_s * 1e3:.3f} ms, {sim.transfer_bytes / 1e6:.1f} MB moved, "
           f"{'OOM' if sim.oom else 'fits'}")
     for device, peak in sim.peak_memory_bytes.items():
-        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {peak / 2**30:.2f} GiB")
+        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)}")
     return 0
 
 

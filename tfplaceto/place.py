@@ -20,6 +20,7 @@ from tfplaceto import baselines, checks, errors
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.unknown_shapes import UnknownShapes, count_unknown_shapes, warn_if_unknown
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem
@@ -143,6 +144,8 @@ class OptimizeResult:
     costs: CostProfile | None = None
     # Every method evaluated (the baselines and the requested method): method -> step time.
     evaluated: dict[str, float] = dataclasses.field(default_factory=dict)
+    # How many compute ops have unknown shapes (so guessed costs), and their share of the estimate.
+    unknown_shapes: UnknownShapes | None = None
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
@@ -154,7 +157,8 @@ class OptimizeResult:
         return {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
                 "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                 "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
-                "devices": sorted(set(self.placement.values()))}
+                "devices": sorted(set(self.placement.values())),
+                "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
 
 
 def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
@@ -185,6 +189,8 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     problem = make_problem(op_graph, cluster, costs)
     compared = _compared()
     simulator = _op_simulator(op_graph, cluster, costs)
+    shapes = count_unknown_shapes(op_graph, simulator.compute_s)
+    warn_if_unknown(shapes)
     results = _evaluate(problem, compared, seed, simulator)
     if method not in results and method != "auto":
         results.update(_evaluate(problem, [method], seed, simulator, budget_s))
@@ -198,4 +204,4 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
                           {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
                           time.perf_counter() - start, op_graph, cluster, costs,
-                          {m: r[1] for m, r in results.items()})
+                          {m: r[1] for m, r in results.items()}, shapes)

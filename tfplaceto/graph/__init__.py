@@ -49,7 +49,22 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     check_batch_size(batch_size)
     loaded = sources.load_source(source, fetches=fetches)
     return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
-                                   loaded.variable_values)
+                                   loaded.variable_values, output_fetches=_output_fetches(fetches))
+
+
+def _output_fetches(fetches) -> tuple[tuple[str, int], ...]:
+    """(op name, output index) of every fetch named as a tensor ("x:1"), to check the index."""
+    if fetches is None:
+        return ()
+    items = [fetches] if isinstance(fetches, str | bytes) else fetches
+    result = []
+    for item in items if isinstance(items, list | tuple) else ():
+        name = item.decode() if isinstance(item, bytes) else item
+        if isinstance(name, str):
+            head, _, tail = name.lstrip("^").rpartition(":")
+            if head and tail.isdigit():
+                result.append((head, int(tail)))
+    return tuple(result)
 
 
 __all__ = ["DEFAULT_MAX_GROUPS", "DEVICE_TYPES", "Grouping", "OpGraph", "group", "import_graph",
