@@ -75,6 +75,9 @@ def make_temp_dir(directory: str) -> str:
 
 
 def _makedirs(directory: str) -> None:
+    ancestor = _existing_ancestor(directory)
+    if not os.path.isdir(ancestor):  # makedirs would say "File exists", which misleads
+        raise errors.OutputPathError(f"cannot write under {directory!r}: {ancestor!r} is not a directory")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:

@@ -192,7 +192,10 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     shapes = count_unknown_shapes(op_graph, simulator.compute_s)
     warn_if_unknown(shapes)
     results = _evaluate(problem, compared, seed, simulator)
-    if method not in results and method != "auto":
+    # A best step of 0 s (no op has a cost: a constant, ops too small to cost) cannot be improved,
+    # and a search scored relative to it would divide by it.
+    settled = bool(results) and results[_best(results)][:2] == (False, 0.0)
+    if method not in results and method != "auto" and not settled:
         results.update(_evaluate(problem, [method], seed, simulator, budget_s))
     chosen = _best(results)
     oom, step_time, device_of = results[chosen]
