@@ -232,6 +232,10 @@ ROWS = [
     Row("X a link of zero bandwidth", None, lambda f: _linked(0.0, 1e-6), errors.InvalidClusterError, "bandwidth"),
     Row("X a placement saved under a file", None,
         lambda f: tp.Placement({}).save(f["file"] + "/p.pb"), errors.OutputPathError, "file.txt"),
+    Row("X LocalTFCluster of a million tasks", None, lambda f: tp.LocalTFCluster(10**6),
+        errors.InvalidClusterError, "n_tasks"),
+    Row("X measure with runs=True", None, lambda f: tp.measure(_mlp(f), {}, runs=True),
+        errors.InvalidArgumentError, "runs"),
     Row("X PlacementCallback with a bad seed", None, lambda f: tp.keras.PlacementCallback("local:2", seed=-3),
         errors.InvalidArgumentError, "seed"),
 ]
@@ -289,6 +293,21 @@ def test_d11_overwrite_replaces_outputs_and_dst(work, capsys):
     assert tf.saved_model.load(dst).signatures["serving_default"](x=tf.ones([2, 4]))["y"].shape == (2, 4)
     leftovers = [n for n in os.listdir(work["dir"]) if n.startswith(outputs.TMP_PREFIX)]
     assert not leftovers
+
+
+def test_ctrl_c_while_writing_leaves_nothing(work, capsys, monkeypatch):
+    real = outputs.atomic_write
+
+    def interrupted(path, data):
+        if path.endswith("-o.pb"):  # the staged --out, written after the report and the trace
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(outputs, "atomic_write", interrupted)
+    before = _listing(work["dir"], work["root"])
+    assert main(_format(_place("--trace", "{dir}/t.json", "--report", "{dir}/r.json"), work)) == 130
+    assert capsys.readouterr().err == "tfplaceto: interrupted\n"
+    assert _listing(work["dir"], work["root"]) == before
 
 
 def _dead_pid() -> int:
