@@ -137,7 +137,8 @@ def _existing_ancestor(path: str) -> str:
     return path
 
 
-def _is_inside(path: str, directory: str) -> bool:
+def is_inside(path: str, directory: str) -> bool:
+    """Whether path is directory or lies under it (both absolute, resolved)."""
     return path == directory or os.path.commonpath([path, directory]) == directory
 
 
@@ -171,7 +172,7 @@ def check_output_path(path, *, overwrite: bool, inputs: Iterable = (), label: st
         if not isinstance(source, str | os.PathLike) or not os.path.exists(source):
             continue
         source_real = os.path.realpath(source)
-        if _is_inside(real, source_real):
+        if is_inside(real, source_real):
             raise errors.OutputExistsError(
                 f"the {label} {path!r} would overwrite the input {os.fspath(source)!r}; write it elsewhere")
     if os.path.isdir(path):

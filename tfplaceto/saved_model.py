@@ -141,7 +141,7 @@ def _check_destination(dst_dir, src_dir: str, overwrite: bool = False) -> str:
     if not os.fspath(dst_dir):
         raise errors.OutputPathError("dst_dir is empty; give the directory for the placed SavedModel")
     real_dst, real_src = os.path.realpath(path), os.path.realpath(src_dir)
-    if real_dst == real_src or _is_inside(real_dst, real_src) or _is_inside(real_src, real_dst):
+    if outputs.is_inside(real_dst, real_src) or outputs.is_inside(real_src, real_dst):
         raise errors.OutputExistsError(
             f"dst_dir {dst_dir!r} overlaps the source SavedModel {src_dir!r}; write the placed "
             "SavedModel to a separate directory")
@@ -155,10 +155,6 @@ def _check_destination(dst_dir, src_dir: str, overwrite: bool = False) -> str:
                                            "(--overwrite)")
     outputs.check_writable_directory(os.path.dirname(path), f"dst_dir {os.fspath(dst_dir)!r}")
     return path
-
-
-def _is_inside(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
 
 
 def _read_saved_model(path: str):
