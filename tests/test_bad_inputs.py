@@ -13,6 +13,7 @@ wrong answer; X for other entry points found on the way). The rules asserted (RE
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -82,7 +83,11 @@ class _Module(tf.Module):
         return {"c": tf.constant([1.0, 2.0])}
 
 
-_STEP = _TrainingStep()
+@functools.cache
+def _step() -> _TrainingStep:
+    # Made on first use, not at import: a variable initializes TensorFlow's devices, and other test
+    # modules configure logical CPUs when they are imported.
+    return _TrainingStep()
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +95,7 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("inputs")
     files = {"root": str(root)}
     for name, graph_def in (("mlp", _mlp_graph_def()), ("relu", _relu_graph_def()),
-                            ("shapeless", _STEP.step.get_concrete_function().graph.as_graph_def())):
+                            ("shapeless", _step().step.get_concrete_function().graph.as_graph_def())):
         path = root / f"{name}.pb"
         path.write_bytes(graph_def.SerializeToString())
         files[name] = str(path)
@@ -335,7 +340,7 @@ def test_silent_wrong_answer_is_now_a_warning_and_a_figure(work, capsys):
     shapes = result.unknown_shapes
     assert shapes.ops > 0.5 * shapes.compute_ops and result.summary()["unknown_shapes"]["ops"] == shapes.ops
     # The same step from a source that knows its variables: shapes inferred, no warning.
-    function = _STEP.step.get_concrete_function()
+    function = _step().step.get_concrete_function()
     for source in (function, function.graph):
         known = tp.optimize(source, cluster="2xV100", method="single")
         assert known.unknown_shapes.ops == 0
