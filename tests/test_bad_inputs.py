@@ -241,6 +241,10 @@ ROWS = [
         errors.InvalidClusterError, "n_tasks"),
     Row("X measure with runs=True", None, lambda f: tp.measure(_mlp(f), {}, runs=True),
         errors.InvalidArgumentError, "runs"),
+    Row("X apply_placement to a non-device", None,
+        lambda f: tp.apply_placement(_mlp(f).graph_def, {n: "garbage" for n in _mlp(f).names}),
+        errors.InvalidClusterError, "garbage"),
+    Row("X group into 0 groups", None, lambda f: tp.group(_mlp(f), 0), errors.InvalidArgumentError, "max_groups"),
     Row("X PlacementCallback with a bad seed", None, lambda f: tp.keras.PlacementCallback("local:2", seed=-3),
         errors.InvalidArgumentError, "seed"),
 ]
