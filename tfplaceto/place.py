@@ -169,6 +169,8 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     `graph_def` may be any source `import_graph` accepts; a GraphDef gets its devices set and is
     returned as a copy (the input is not modified); other sources return their imported graph.
     With method="placeto" before the policy is installed, the best baseline is used.
+    Ops whose costs are guesses (shapes unknown because a graph input has none) are counted in
+    `OptimizeResult.unknown_shapes`, with an UnknownShapesWarning when there are any.
     """
     from tfplaceto.graph import import_graph
     from tfplaceto.rewrite import apply_placement
