@@ -15,7 +15,7 @@ $(STAMP): $(PY) setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/tfplaceto place builtin:inception_v3 --cluster 4xV100 --out demo_out/placed.pb --report demo_out/report.json --gantt demo_out/gantt.png
+	$(VENV)/bin/tfplaceto place builtin:inception_v3 --cluster 4xV100 --out demo_out/placed.pb --report demo_out/report.json --gantt demo_out/gantt.png --overwrite
 
 test: $(STAMP)
 	$(PY) -m ruff check tfplaceto tests benchmarks tools

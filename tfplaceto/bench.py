@@ -18,12 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import errors
+from tfplaceto import checks, errors
 from tfplaceto.cluster import as_cluster
 from tfplaceto.costs import profile
 from tfplaceto.graph import import_graph
+from tfplaceto.outputs import atomic_write
 from tfplaceto.place import place_problem
-from tfplaceto.placement import atomic_write
 from tfplaceto.problem import make_problem
 from tfplaceto.sim import lower_bound
 
@@ -47,16 +47,44 @@ class BenchRow:
 
     @property
     def ratio(self) -> float | None:
-        return None if self.step_time_s is None else self.step_time_s / self.lower_bound_s
+        """Step time / lower bound; None when unplaced or when the bound is 0 (no compute)."""
+        if self.step_time_s is None or self.lower_bound_s <= 0:
+            return None
+        return self.step_time_s / self.lower_bound_s
+
+
+def _source(graph_name: str) -> str:
+    return graph_name if ":" in graph_name or os.path.exists(graph_name) else f"builtin:{graph_name}"
+
+
+def check_arguments(graphs: Sequence[str], clusters: Sequence[str], methods: Sequence[str]) -> None:
+    """Typed errors for an unknown graph, cluster or method, before any graph is imported."""
+    from tfplaceto.graph import BUILTIN_PREFIX, builtin
+    from tfplaceto.place import METHODS, check_method
+
+    for name in graphs:
+        source = _source(name)
+        if source.startswith(BUILTIN_PREFIX):
+            builtin.check_name(source[len(BUILTIN_PREFIX):])
+        elif not os.path.exists(source):
+            raise errors.InvalidGraphError(f"graph {name!r} is neither a built-in name nor an existing file")
+    for cluster in clusters:
+        as_cluster(cluster)
+    for method in methods:
+        if method == "auto":
+            raise errors.InvalidMethodError(f"bench compares methods one by one; name them ({', '.join(METHODS)})")
+        check_method(method)
 
 
 def run_bench(graphs: Sequence[str] = DEFAULT_GRAPHS, clusters: Sequence[str] = DEFAULT_CLUSTERS,
               methods: Sequence[str] = DEFAULT_METHODS, seed: int = 0, budget_s: float | None = None,
               log=print) -> list[BenchRow]:
     """Places and simulates every combination; `log` gets one progress line per step."""
+    check_arguments(graphs, clusters, methods)
+    seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     rows = []
     for graph_name in graphs:
-        source = graph_name if ":" in graph_name or os.path.exists(graph_name) else f"builtin:{graph_name}"
+        source = _source(graph_name)
         start = time.perf_counter()
         op_graph = import_graph(source)
         log(f"{graph_name}: {op_graph.num_ops} ops imported in {time.perf_counter() - start:.1f} s")
@@ -80,7 +108,8 @@ def run_bench(graphs: Sequence[str] = DEFAULT_GRAPHS, clusters: Sequence[str] = 
                 peak = {d: int(p) for d, p in zip(cluster.device_names, peaks) if p}
                 rows.append(BenchRow(graph_name, cluster_name, method, float(step), bound, bool(oom), peak,
                                      elapsed))
-                log(f"  {cluster_name} {method}: {step * 1e3:.2f} ms ({step / bound:.2f}x bound)"
+                ratio = f"{step / bound:.2f}x bound" if bound > 0 else "bound 0"
+                log(f"  {cluster_name} {method}: {step * 1e3:.2f} ms ({ratio})"
                     f"{' OOM' if oom else ''}, placed in {elapsed:.2f} s")
     return rows
 

@@ -9,7 +9,10 @@
   tfplaceto models
 
 Bad input prints one line on stderr and exits with status 2, with no traceback and nothing
-written at the output paths (every output is written atomically, after all the work is done).
+written at the output paths: every output is checked before the work (writable, not an input,
+not existing unless --overwrite) and written atomically after all of it (`outputs.OutputSet`);
+Ctrl-C prints "interrupted" and exits with 130, also with nothing written. TensorFlow is imported
+only by the commands that need it, after its C++ log level is set, so an error is one line.
 """
 
 from __future__ import annotations
@@ -23,7 +26,19 @@ EXIT_BAD_INPUT = 2
 
 
 def _quiet_tensorflow() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Before TensorFlow loads (the package imports it lazily): 3 also hides the "Unable to
+    # register cuDNN factory" E lines TensorFlow prints at import on some machines.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _one_line_warnings() -> None:
+    """Warnings (unknown shapes, ...) as one `tfplaceto: warning:` line, not file:line + source."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"tfplaceto: warning: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     place.add_argument("--batch-size", type=int, default=None)
     place.add_argument("--fetch", action="append", default=None, help="fetch op (repeatable)")
     place.add_argument("--seed", type=int, default=0)
+    place.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
     place.add_argument("--costs", default=None,
                        help="analytical, measured, or a saved CostProfile (default: measured on local, "
                             "analytical for presets)")
@@ -63,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--trace")
     simulate.add_argument("--batch-size", type=int, default=None)
     simulate.add_argument("--fetch", action="append", default=None)
+    simulate.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
 
     bench = commands.add_parser("bench", help="place and simulate built-in graphs with every method")
     bench.add_argument("--graphs", nargs="+", default=None, help="built-in names or graph files")
@@ -72,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", required=True, help="results JSON")
     bench.add_argument("--plot", help="bar chart PNG")
+    bench.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
 
     train = commands.add_parser("train", help="train the Placeto policy on graphs or graph families")
     what = train.add_mutually_exclusive_group(required=True)
@@ -99,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     rewrite.add_argument("--batch-size", type=int, default=None,
                          help="size of unknown batch dimensions (default 32)")
     rewrite.add_argument("--seed", type=int, default=0)
+    rewrite.add_argument("--overwrite", action="store_true", help="replace a DST that is not empty")
     return parser
 
 
@@ -109,92 +128,110 @@ def _policy_arguments(parser) -> None:
                         help="method placeto_policy: the episode's start (default random)")
 
 
-def _write_graph(path: str, graph_def) -> None:
+def _graph_bytes(path: str, graph_def) -> bytes:
     from google.protobuf import text_format
 
-    from tfplaceto.placement import atomic_write
-
-    data = text_format.MessageToString(graph_def).encode() if path.endswith(".pbtxt") else \
+    return text_format.MessageToString(graph_def).encode() if path.endswith(".pbtxt") else \
         graph_def.SerializeToString(deterministic=True)
-    atomic_write(path, data)
 
 
-def _check_output_paths(*paths: str | None) -> None:
-    from tfplaceto import errors
+def _check_command_args(args) -> None:
+    """The numbers every command takes, checked before any graph is imported."""
+    from tfplaceto import checks
 
-    for path in paths:
-        if path is None:
-            continue
-        directory = os.path.dirname(os.path.abspath(path)) or "."
-        if os.path.isdir(path):
-            raise errors.TfplacetoError(f"output path {path} is a directory")
-        if os.path.exists(directory) and not os.access(directory, os.W_OK):
-            raise errors.TfplacetoError(f"cannot write to {directory}")
+    checks.check_budget(getattr(args, "budget_s", None))
+    checks.check_batch_size(getattr(args, "batch_size", None))
+    if hasattr(args, "seed"):
+        checks.check_seed(args.seed)
 
 
 def _cmd_place(args) -> int:
-    import tfplaceto as tp
-    from tfplaceto.placement import atomic_write
+    from tfplaceto.outputs import OutputSet, atomic_write
 
-    _check_output_paths(args.out, args.report, args.gantt, args.trace, args.placement_out)
-    result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method, costs=args.costs,
-                         budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size,
-                         policy=args.policy, start=args.start)
-    # Render everything first; write the graph last so a failure leaves OUT untouched.
-    sim = result.simulate() if (args.gantt or args.trace) else None
-    if sim is not None and args.trace:
-        sim.save_chrome_trace(args.trace)
-    if sim is not None and args.gantt:
-        sim.plot_gantt(args.gantt)
-    if args.report:
-        atomic_write(args.report, json.dumps(result.summary(), indent=2, sort_keys=True).encode())
-    if args.placement_out:
-        result.placement.save(args.placement_out)
-    _write_graph(args.out, result.graph_def)
-    _print_table(result)
+    outputs = OutputSet({"--out": args.out, "--report": args.report, "--gantt": args.gantt,
+                         "--trace": args.trace, "--placement-out": args.placement_out},
+                        inputs=[args.source, args.costs], overwrite=args.overwrite)
+    import tfplaceto as tp
+
+    with outputs:
+        result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method,
+                             costs=args.costs, budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size,
+                             policy=args.policy, start=args.start)
+        table = _format_table(result)
+        sim = result.simulate() if (args.gantt or args.trace) else None
+        if args.trace:
+            sim.save_chrome_trace(outputs.stage(args.trace))
+        if args.gantt:
+            sim.plot_gantt(outputs.stage(args.gantt))
+        if args.report:
+            atomic_write(outputs.stage(args.report),
+                         json.dumps(result.summary(), indent=2, sort_keys=True).encode())
+        if args.placement_out:
+            result.placement.save(outputs.stage(args.placement_out))
+        atomic_write(outputs.stage(args.out), _graph_bytes(args.out, result.graph_def))
+    print(table)
     return 0
 
 
-def _print_table(result) -> None:
+def _ratio(step_s: float, bound_s: float) -> str:
+    # A graph with no compute (a constant, ops too small to cost) has a lower bound of 0.
+    return f"{step_s / bound_s:13.2f}" if bound_s > 0 else f"{'-':>13}"
+
+
+def _format_table(result) -> str:
     rows = sorted((result.evaluated or result.baselines).items(), key=lambda kv: kv[1])
     width = max([len(m) for m, _ in rows] + [len(result.method_used), 6])
-    print(f"{'method':<{width}}  step time (ms)  x lower bound")
+    lines = [f"{'method':<{width}}  step time (ms)  x lower bound"]
     for method, step in rows:
         mark = "  <- chosen" if method == result.method_used else ""
-        print(f"{method:<{width}}  {step * 1e3:14.3f}  {step / result.lower_bound_s:13.2f}{mark}")
-    print(f"lower bound {result.lower_bound_s * 1e3:.3f} ms; {result.placement.notes}; "
-          f"{'OUT OF MEMORY; ' if result.oom else ''}placed in {result.placement_time_s:.1f} s")
+        lines.append(f"{method:<{width}}  {step * 1e3:14.3f}  {_ratio(step, result.lower_bound_s)}{mark}")
+    lines.append(f"lower bound {result.lower_bound_s * 1e3:.3f} ms; {result.placement.notes}; "
+                 f"{'OUT OF MEMORY; ' if result.oom else ''}placed in {result.placement_time_s:.1f} s")
+    return "\n".join(lines)
 
 
 def _cmd_simulate(args) -> int:
+    from tfplaceto import errors
+    from tfplaceto.outputs import OutputSet
+
+    outputs = OutputSet({"--gantt": args.gantt, "--trace": args.trace},
+                        inputs=[args.source, args.placement], overwrite=args.overwrite)
     import tfplaceto as tp
 
-    _check_output_paths(args.gantt, args.trace)
-    op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size)
-    placement = tp.Placement.load(args.placement)
-    sim = tp.simulate(op_graph, placement, args.cluster)
-    if args.trace:
-        sim.save_chrome_trace(args.trace)
-    if args.gantt:
-        sim.plot_gantt(args.gantt)
+    with outputs:
+        op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size)
+        placement = tp.Placement.load(args.placement)
+        sim = tp.simulate(op_graph, placement, args.cluster)
+        if args.trace:
+            sim.save_chrome_trace(outputs.stage(args.trace))
+        if args.gantt:
+            sim.plot_gantt(outputs.stage(args.gantt))
     print(f"step time {sim.step_time_s * 1e3:.3f} ms, {sim.transfer_bytes / 1e6:.1f} MB moved, "
           f"{'OOM' if sim.oom else 'fits'}")
     for device, peak in sim.peak_memory_bytes.items():
-        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {peak / 2**30:.2f} GiB")
+        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)}")
     return 0
 
 
 def _cmd_bench(args) -> int:
+    from tfplaceto.outputs import OutputSet
+
+    outputs = OutputSet({"--out": args.out, "--plot": args.plot}, inputs=args.graphs or (),
+                        overwrite=args.overwrite)
     from tfplaceto import bench
 
-    _check_output_paths(args.out, args.plot)
-    rows = bench.run_bench(args.graphs or bench.DEFAULT_GRAPHS, args.clusters or bench.DEFAULT_CLUSTERS,
-                           args.methods or bench.DEFAULT_METHODS, seed=args.seed, budget_s=args.budget_s,
-                           log=lambda line: print(line, file=sys.stderr))
-    bench.save_json(rows, args.out)
-    if args.plot:
-        bench.plot(rows, args.plot)
-    print(bench.format_table(rows))
+    graphs = args.graphs or bench.DEFAULT_GRAPHS
+    clusters = args.clusters or bench.DEFAULT_CLUSTERS
+    methods = args.methods or bench.DEFAULT_METHODS
+    bench.check_arguments(graphs, clusters, methods)  # before importing any graph
+    with outputs:
+        rows = bench.run_bench(graphs, clusters, methods, seed=args.seed, budget_s=args.budget_s,
+                               log=lambda line: print(line, file=sys.stderr))
+        table = bench.format_table(rows)
+        bench.save_json(rows, outputs.stage(args.out))
+        if args.plot:
+            bench.plot(rows, outputs.stage(args.plot))
+    print(table)
     return 0
 
 
@@ -239,8 +276,8 @@ def _cmd_rewrite_saved_model(args) -> int:
     # rewrite validates SRC and DST before any work and renames DST into place last.
     result = saved_model.rewrite(args.src, args.dst, args.cluster, method=args.method,
                                  signature_keys=args.signature, budget_s=args.budget_s, seed=args.seed,
-                                 batch_size=args.batch_size)
-    _print_table(result)
+                                 batch_size=args.batch_size, overwrite=args.overwrite)
+    print(_format_table(result))
     print(f"wrote {args.dst}")
     return 0
 
@@ -250,9 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from tfplaceto import errors
 
+    _one_line_warnings()
     handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench, "train": _cmd_train,
                 "rewrite-saved-model": _cmd_rewrite_saved_model}
     try:
+        _check_command_args(args)
         return handlers[args.command](args)
     except errors.TfplacetoError as e:
         print(f"tfplaceto: error: {errors.first_line(e)}", file=sys.stderr)

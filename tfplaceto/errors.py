@@ -10,6 +10,11 @@ one type and print one line. Messages say what was wrong and what to do about it
 - `CostProfileError`: a cost profile is unreadable or does not match the graph and cluster.
 - `InvalidMethodError`: an unknown placement method.
 - `OutputExistsError`: an output path that exists (or overlaps the input) and would be overwritten.
+- `OutputPathError`: an output path that cannot be written (a missing or read-only directory, a
+    file where a directory is needed, an empty path); also an OSError, for callers catching those.
+- `InvalidArgumentError`: a number or option outside its range (budget, seed, batch size, ...).
+- `UnknownShapesWarning`: a warning (not an error): the costs of some ops are unknown because
+    their shapes are, so a placement is planned on partial costs.
 """
 
 
@@ -51,3 +56,23 @@ class OutputExistsError(TfplacetoError, FileExistsError):
 
 class PolicyError(TfplacetoError, ValueError):
     """A named policy directory is missing, corrupted or made for other features."""
+
+
+class OutputPathError(TfplacetoError, OSError):
+    """An output path cannot be written: missing or read-only directory, not a directory, empty."""
+
+
+class InvalidArgumentError(TfplacetoError, ValueError):
+    """A number or option is outside its range (budget, seed, batch size, counts, ...)."""
+
+
+class UnknownShapesWarning(UserWarning):
+    """Some ops have unknown shapes, so their costs are unknown and taken as (near) zero."""
+
+
+def format_bytes(size: float) -> str:
+    """A byte count in the largest binary unit that keeps it >= 1 ("512 B", "3.00 MiB")."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{int(size)} B"

@@ -33,15 +33,16 @@ on a device outside the cluster is reported with a warning.
 from __future__ import annotations
 
 import collections
+import os
 import statistics
 import time
 import warnings
 
 import tensorflow as tf
 
-from tfplaceto import errors
+from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
-from tfplaceto.place import OptimizeResult
+from tfplaceto.place import OptimizeResult, check_method
 
 # Keras' default fit batch size: what the step is placed for when neither the model's input nor
 # the callback says otherwise.
@@ -117,15 +118,21 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         (ops it left to TensorFlow, such as variable reads, are not in it).
       train_function: the placed tf.function fit ran.
 
-    Raises InvalidClusterError at construction for a bad cluster or devices missing here.
+    Raises InvalidClusterError at construction for a bad cluster or devices missing here,
+    OutputPathError for a log_dir that cannot be written, InvalidArgumentError (InvalidGraphError
+    for batch_size) for a bad number.
     """
 
     def __init__(self, cluster: Cluster | str, method: str = "placeto", budget_s: float | None = None,
                  log_dir: str | None = None, *, batch_size: int | None = None, seed: int = 0,
                  costs=None, verbose: int = 1):
         super().__init__()
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+        checks.check_batch_size(batch_size)
+        budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
+        if method != "placeto":  # placeto falls back to the best baseline when not installed
+            check_method(method)
+        if log_dir is not None:
+            _check_log_dir(log_dir)
         self.cluster = ensure_devices(cluster)
         self.method = method
         self.budget_s = budget_s
@@ -223,7 +230,10 @@ class PlacementCallback(tf.keras.callbacks.Callback):
                   f"{result.step_time_s * 1e3:.3f} ms, lower bound {result.lower_bound_s * 1e3:.3f} ms")
         if self.log_dir is None:
             return
-        self._writer = tf.summary.create_file_writer(self.log_dir)
+        try:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        except tf.errors.OpError as error:  # the directory changed since the callback was made
+            raise errors.OutputPathError(f"cannot write log_dir {self.log_dir!r}: {errors.first_line(error)}") from None
         with self._writer.as_default():
             tf.summary.scalar("placement/predicted_step_time_ms", result.step_time_s * 1e3, step=0)
             tf.summary.scalar("placement/lower_bound_ms", result.lower_bound_s * 1e3, step=0)
@@ -311,6 +321,15 @@ class _DeviceChooser:
             if device is not None:
                 return device
         return self.default
+
+
+def _check_log_dir(log_dir) -> None:
+    """OutputPathError unless log_dir is, or can be made, a writable directory."""
+    if not isinstance(log_dir, str | os.PathLike) or not os.fspath(log_dir):
+        raise errors.OutputPathError(f"log_dir must be a directory path, got {log_dir!r}")
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        raise errors.OutputPathError(f"log_dir {os.fspath(log_dir)!r} exists and is not a directory")
+    outputs.check_writable_directory(os.path.abspath(log_dir), f"log_dir {os.fspath(log_dir)!r}")
 
 
 def _static_batch_size(model) -> int | None:

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import baselines, errors
+from tfplaceto import baselines, checks, errors
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.unknown_shapes import UnknownShapes, count_unknown_shapes, warn_if_unknown
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem
@@ -47,6 +48,9 @@ def _check_method(method: str) -> None:
         raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
 
 
+check_method = _check_method  # public: bench checks its methods before importing any graph
+
+
 def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None,
                   policy=None, start: str | None = None) -> np.ndarray:
     """Node-level device indices for a Problem (no expansion to ops)."""
@@ -70,6 +74,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     `start` (placeto_policy): where the policy's episode starts, "random" (default: a random
     placement drawn with `seed`), "single" or "baseline".
     """
+    seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     _check_method(method)
     if method not in POLICY_METHODS and (policy is not None or start is not None):
         raise errors.InvalidMethodError(f"policy= and start= apply to {' and '.join(POLICY_METHODS)}, "
@@ -148,6 +153,8 @@ class OptimizeResult:
     costs: CostProfile | None = None
     # Every method evaluated (the baselines and the requested method): method -> step time.
     evaluated: dict[str, float] = dataclasses.field(default_factory=dict)
+    # How many compute ops have unknown shapes (so guessed costs), and their share of the estimate.
+    unknown_shapes: UnknownShapes | None = None
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
@@ -159,7 +166,8 @@ class OptimizeResult:
         return {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
                 "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                 "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
-                "devices": sorted(set(self.placement.values()))}
+                "devices": sorted(set(self.placement.values())),
+                "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
 
 
 def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
@@ -169,12 +177,16 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
 
     `graph_def` may be any source `import_graph` accepts; a GraphDef gets its devices set and is
     returned as a copy (the input is not modified); other sources return their imported graph.
+    Ops whose costs are guesses (shapes unknown because a graph input has none) are counted in
+    `OptimizeResult.unknown_shapes`, with an UnknownShapesWarning when there are any.
     """
     from tfplaceto.graph import import_graph
     from tfplaceto.rewrite import apply_placement
     from tfplaceto.sim import lower_bound
 
     start = time.perf_counter()
+    seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
+    checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
     _check_method(method)
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size)
@@ -182,8 +194,13 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     problem = make_problem(op_graph, cluster, costs)
     compared = _compared()
     simulator = _op_simulator(op_graph, cluster, costs)
+    shapes = count_unknown_shapes(op_graph, simulator.compute_s)
+    warn_if_unknown(shapes)
     results = _evaluate(problem, compared, seed, simulator)
-    if method not in results and method != "auto":
+    # A best step of 0 s (no op has a cost: a constant, ops too small to cost) cannot be improved,
+    # and a search scored relative to it would divide by it.
+    settled = bool(results) and results[_best(results)][:2] == (False, 0.0)
+    if method not in results and method != "auto" and not settled:
         results.update(_evaluate(problem, [method], seed, simulator, budget_s, policy, start))
     chosen = _best(results)
     oom, step_time, device_of = results[chosen]
@@ -195,4 +212,4 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
                           {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
                           time.perf_counter() - start, op_graph, cluster, costs,
-                          {m: r[1] for m, r in results.items()})
+                          {m: r[1] for m, r in results.items()}, shapes)

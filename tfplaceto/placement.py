@@ -3,13 +3,13 @@
 A Placement maps op (or group) names to full device names. Internally placers work with an int
 array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`);
 `expand` turns a placement of groups into a placement of the ops in them. On disk it is the
-`tfplaceto.Placement` proto (protos/placement.proto), written atomically.
+`tfplaceto.Placement` proto (protos/placement.proto), written atomically (`outputs.atomic_write`,
+also importable from here).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.outputs import atomic_write
 from tfplaceto.protos import placement_pb2
 
 
@@ -110,23 +111,3 @@ def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception])
     except Exception:  # protobuf's DecodeError
         raise error_type(f"{path} is not a tfplaceto {proto_type.DESCRIPTOR.name} proto") from None
     return proto
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Writes data to path through a temporary file and a rename, so a reader never sees half."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        # mkstemp makes the file private (0600); give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

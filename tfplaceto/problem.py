@@ -121,9 +121,9 @@ def _check_fits_somewhere(op_graph: OpGraph, cluster: Cluster, allowed: np.ndarr
         members = np.flatnonzero(classes == cls)
         op = int(members[np.argmax(op_graph.persistent_bytes[members])])
         raise errors.UnplaceableError(
-            f"{op_graph.names[op]!r} and the ops colocated with it hold {need[cls] / 2**30:.2f} GiB "
-            f"of variables, more than any device that can run them has ({class_room[cls] / 2**30:.2f} "
-            "GiB); use devices with more memory or shard the variable")
+            f"{op_graph.names[op]!r} and the ops colocated with it hold {errors.format_bytes(need[cls])} "
+            f"of variables, more than any device that can run them has "
+            f"({errors.format_bytes(class_room[cls])}); use devices with more memory or shard the variable")
 
 
 def allowed_devices(graph: OpGraph, cluster: Cluster) -> np.ndarray:

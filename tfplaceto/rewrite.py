@@ -35,6 +35,8 @@ def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
     placement = as_placement(placement)
     if not len(placement):
         raise errors.InvalidGraphError("the placement is empty")
+    for device in set(placement.values()):
+        _check_device_name(device)
     device_of = {op: canonical_device_name(d) for op, d in placement.items()}
     result = tf.compat.v1.GraphDef()
     result.CopyFrom(graph_def)
@@ -56,6 +58,20 @@ def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
         node.device = chosen[node.name]
     _place_function_library(result, functions, device_of, chosen, default)
     return result
+
+
+def _check_device_name(device) -> None:
+    """InvalidClusterError unless device is a TensorFlow device name with a device type."""
+    import tensorflow as tf
+
+    try:
+        valid = isinstance(device, str) and tf.DeviceSpec.from_string(device).device_type is not None
+    except (ValueError, TypeError):
+        valid = False
+    if not valid:
+        raise errors.InvalidClusterError(
+            f"the placement names the device {device!r}, which is not a TensorFlow device name such "
+            "as '/job:localhost/replica:0/task:0/device:GPU:0'")
 
 
 def called_function(node, functions):

@@ -37,10 +37,9 @@ from __future__ import annotations
 import collections
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 
-from tfplaceto import errors
+from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
 from tfplaceto.graph import check_batch_size
 from tfplaceto.place import METHODS, OptimizeResult
@@ -57,14 +56,14 @@ _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Cluster | str,
             method: str = "placeto", signature_keys: str | Sequence[str] | None = None, *,
             budget_s: float | None = None, seed: int = 0,
-            batch_size: int | None = None) -> OptimizeResult:
+            batch_size: int | None = None, overwrite: bool = False) -> OptimizeResult:
     """Writes to dst_dir a copy of the SavedModel in src_dir with its signatures' ops placed.
 
     Args:
       src_dir: a SavedModel directory (written by tf.saved_model.save); never modified.
-      dst_dir: where the placed SavedModel goes; must not exist or be an empty directory. It is
-        built in a temporary directory beside it and renamed into place, so it appears complete
-        or not at all.
+      dst_dir: where the placed SavedModel goes; must not exist or be an empty directory (or,
+        with overwrite=True, any directory: it is replaced). It is built in a temporary directory
+        beside it and renamed into place, so it appears complete or not at all.
       cluster: a Cluster or a name ("4xV100", "local:2").
       method: a placement method (tp.METHODS) or "auto"; "placeto" falls back to the best
         baseline when the policy is not installed (see tp.optimize).
@@ -72,6 +71,7 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
         optimized on its own; a function shared by several keeps the first one's devices.
       budget_s, seed: passed to tp.optimize.
       batch_size: fills unknown batch dimensions of the signature inputs (default 32).
+      overwrite: replace a non-empty dst_dir instead of refusing.
 
     Returns the OptimizeResult of the first signature placed.
 
@@ -79,7 +79,10 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
       InvalidGraphError: src_dir is missing or not a loadable SavedModel, has no signatures, or a
         requested signature is missing.
       InvalidClusterError, InvalidMethodError: a bad cluster or method.
-      OutputExistsError: dst_dir exists and is not empty, or lies inside src_dir (or src in dst).
+      OutputExistsError: dst_dir exists and is not empty (without overwrite), or lies inside
+        src_dir (or src in dst).
+      OutputPathError: dst_dir cannot be written (a read-only or missing parent, a file in the way).
+      InvalidArgumentError: a bad budget_s or seed.
     """
 
     from tfplaceto.graph import sources
@@ -89,8 +92,9 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
     if method not in METHODS and method != "auto":
         raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
     check_batch_size(batch_size)
+    budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
     src_dir, proto_file = _check_source(src_dir)
-    dst_dir = _check_destination(dst_dir, src_dir)
+    dst_dir = _check_destination(dst_dir, src_dir, overwrite)
     saved_model = _read_saved_model(os.path.join(src_dir, proto_file))
     meta_graph = _only_meta_graph(saved_model, src_dir)
     loaded = sources.load_saved_model(src_dir)
@@ -129,39 +133,27 @@ def _check_source(src_dir) -> tuple[str, str]:
         "directory tf.saved_model.save wrote")
 
 
-def _check_destination(dst_dir, src_dir: str) -> str:
+def _check_destination(dst_dir, src_dir: str, overwrite: bool = False) -> str:
     try:
         path = os.path.abspath(os.fspath(dst_dir))
     except TypeError:
-        raise errors.TfplacetoError(f"dst_dir must be a path, got {type(dst_dir).__name__}") from None
+        raise errors.OutputPathError(f"dst_dir must be a path, got {type(dst_dir).__name__}") from None
+    if not os.fspath(dst_dir):
+        raise errors.OutputPathError("dst_dir is empty; give the directory for the placed SavedModel")
     real_dst, real_src = os.path.realpath(path), os.path.realpath(src_dir)
-    if real_dst == real_src or _is_inside(real_dst, real_src) or _is_inside(real_src, real_dst):
+    if outputs.is_inside(real_dst, real_src) or outputs.is_inside(real_src, real_dst):
         raise errors.OutputExistsError(
             f"dst_dir {dst_dir!r} overlaps the source SavedModel {src_dir!r}; write the placed "
             "SavedModel to a separate directory")
     if os.path.lexists(path):
         if not os.path.isdir(path) or os.path.islink(path):
             raise errors.OutputExistsError(f"dst_dir {dst_dir!r} exists and is not a plain directory "
-                                        "(a file or a symlink); choose a new path")
-        if os.listdir(path):
+                                           "(a file or a symlink); choose a new path")
+        if os.listdir(path) and not overwrite:
             raise errors.OutputExistsError(f"dst_dir {dst_dir!r} exists and is not empty; refusing to "
-                                        "overwrite it: remove it or choose a new path")
-    parent = _existing_ancestor(os.path.dirname(path))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise errors.TfplacetoError(f"cannot write under {parent!r} (permission denied)")
-    return path
-
-
-def _is_inside(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
-
-
-def _existing_ancestor(path: str) -> str:
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
+                                           "overwrite it: remove it, choose a new path or pass overwrite=True "
+                                           "(--overwrite)")
+    outputs.check_writable_directory(os.path.dirname(path), f"dst_dir {os.fspath(dst_dir)!r}")
     return path
 
 
@@ -322,12 +314,17 @@ def _record_variable_devices(meta_graph, wrapper, device_of: Mapping[str, str], 
 # -- writing the directory --------------------------------------------------------------------------
 
 def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) -> None:
-    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it."""
+    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it.
+
+    An existing dst_dir (empty, or replaced with overwrite=True) is moved aside to another
+    temporary first and deleted after the rename. Temporaries are named as tfplaceto's
+    (`outputs.make_temp_dir`), so a SIGKILLed run's are removed by the next write beside them.
+    """
     from google.protobuf import text_format
 
     parent = os.path.dirname(dst_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dst_dir)}.tmp-")
+    tmp = outputs.make_temp_dir(parent)
+    old = None
     try:
         _copy_tree(src_dir, tmp, skip={proto_file, _FINGERPRINT_FILE})
         if proto_file.endswith(".pbtxt"):
@@ -340,11 +337,29 @@ def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) 
             _write_fingerprint(tmp)
         _set_default_mode(tmp)
         if os.path.isdir(dst_dir):
-            os.rmdir(dst_dir)  # checked empty before any work; rename cannot replace it portably
+            old = outputs.make_temp_dir(parent)  # rename cannot replace a directory portably
+            os.rename(dst_dir, os.path.join(old, "replaced"))
         os.rename(tmp, dst_dir)
+    except OSError as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _restore(old, dst_dir)
+        raise errors.OutputPathError(f"cannot write {dst_dir!r}: {error.strerror or error}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _restore(old, dst_dir)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore(old: str | None, dst_dir: str) -> None:
+    """Puts a dst_dir moved aside back (the rename of the new one did not happen)."""
+    if old is None:
+        return
+    replaced = os.path.join(old, "replaced")
+    if os.path.isdir(replaced) and not os.path.lexists(dst_dir):
+        os.rename(replaced, dst_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _copy_tree(src: str, dst: str, skip: set[str]) -> None:

@@ -28,7 +28,6 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.problem import Problem
 
-GB = 1e9
 # Relative tolerance under which two start/finish times count as equal (float sums of different
 # paths differ in the last bits; ties are then broken by a deterministic rule instead).
 TIME_TOLERANCE = 1e-9
@@ -217,7 +216,7 @@ def unplaceable(problem: Problem, node: int, need_bytes: float, what: str, room:
     """An UnplaceableError naming the node, the memory it needs and where it was looked for."""
     return errors.UnplaceableError(
         f"{problem.graph.names[node]!r} (op type {problem.graph.types[node]}) needs "
-        f"{need_bytes / GB:.3f} GB of {what} (with the ops colocated with it) but {room}; use "
+        f"{errors.format_bytes(need_bytes)} of {what} (with the ops colocated with it) but {room}; use "
         "devices with more memory, more devices, or a smaller batch size")
 
 
@@ -231,14 +230,14 @@ def check_persistent_fits(problem: Problem, inst: Instance) -> None:
         members = inst.members(int(over[0]))
         node = int(members[np.argmax(problem.graph.persistent_bytes[members])])
         raise unplaceable(problem, node, inst.class_persistent[over[0]], "persistent memory",
-                          f"the largest device it can run on has {biggest[over[0]] / GB:.3f} GB")
+                          f"the largest device it can run on has {errors.format_bytes(biggest[over[0]])}")
 
 
 def out_of_room(problem: Problem, inst: Instance, node: int, used: np.ndarray) -> errors.UnplaceableError:
     """The error of a greedy memory-aware placer that found no candidate device with room."""
     allowed = np.flatnonzero(inst.allowed[node])
     free = ", ".join(f"{problem.cluster.devices[d].name.rsplit('/', 1)[-1]} "
-                     f"{(inst.memory[d] - used[d]) / GB:.3f} GB" for d in allowed)
+                     f"{errors.format_bytes(inst.memory[d] - used[d])}" for d in allowed)
     return unplaceable(problem, node, inst.class_memory[inst.tie[node]],
                        "memory (persistent + outputs, Baechi's estimate)",
                        f"the devices it can run on have only this much left: {free}")

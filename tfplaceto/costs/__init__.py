@@ -127,7 +127,7 @@ def _write_cache(path: str, result: CostProfile) -> None:
         result.save(path)
     except OSError as e:
         # The cache is an optimization: a read-only home or full disk must not fail profiling.
-        warnings.warn(f"cannot write the cost profile cache {path}: {e.strerror}; set "
+        warnings.warn(f"cannot write the cost profile cache {path}: {e.strerror or e}; set "
                       f"{CACHE_ENV} to a writable directory", stacklevel=3)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tfplaceto import errors
+from tfplaceto import checks
 from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
@@ -21,9 +21,8 @@ BUILTIN_PREFIX = "builtin:"
 
 
 def check_batch_size(batch_size) -> None:
-    """Raises InvalidGraphError unless batch_size is None or a positive int."""
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise errors.InvalidGraphError(f"batch_size must be a positive int, got {batch_size!r}")
+    """Raises InvalidGraphError unless batch_size is None or a positive int (not a bool) in range."""
+    checks.check_batch_size(batch_size)
 
 
 def import_graph(source, fetches: Sequence[str] | str | None = None,
@@ -50,7 +49,22 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     check_batch_size(batch_size)
     loaded = sources.load_source(source, fetches=fetches)
     return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
-                                   loaded.variable_values)
+                                   loaded.variable_values, output_fetches=_output_fetches(fetches))
+
+
+def _output_fetches(fetches) -> tuple[tuple[str, int], ...]:
+    """(op name, output index) of every fetch named as a tensor ("x:1"), to check the index."""
+    if fetches is None:
+        return ()
+    items = [fetches] if isinstance(fetches, str | bytes) else fetches
+    result = []
+    for item in items if isinstance(items, list | tuple) else ():
+        name = item.decode() if isinstance(item, bytes) else item
+        if isinstance(name, str):
+            head, _, tail = name.lstrip("^").rpartition(":")
+            if head and tail.isdigit():
+                result.append((head, int(tail)))
+    return tuple(result)
 
 
 __all__ = ["DEFAULT_MAX_GROUPS", "DEVICE_TYPES", "Grouping", "OpGraph", "group", "import_graph",

@@ -547,11 +547,10 @@ def family(name: str, seed: int) -> tuple[Any, int]:
         return entry.builder(seed), entry.batch_size
 
 
-def build(name: str) -> tuple[Any, int]:
-    """The built-in graph `name`: (compiled tf.keras.Model, default batch size).
+def check_name(name) -> tuple[BuiltinModel, int | None]:
+    """(entry, family seed or None) for a built-in name, without building anything.
 
-    `name` is a model ("nmt_4l"), a family member ("cifar10-cells/7") or a family alone (its
-    member 0). Raises InvalidGraphError listing the known names for anything else.
+    Raises InvalidGraphError listing the known names for anything that is not one.
     """
     if not isinstance(name, str):
         raise _unknown(repr(name))
@@ -561,15 +560,27 @@ def build(name: str) -> tuple[Any, int]:
         raise _unknown(name)
     if entry.kind == "family":
         if not slash:
-            return family(base, 0)
+            return entry, 0
         if not (seed_text.isascii() and seed_text.isdigit()):
             raise errors.InvalidGraphError(
                 f"built-in graph {name!r}: the seed after '/' must be an int >= 0, "
                 f"e.g. {base}/7")
-        return family(base, int(seed_text))
+        return entry, int(seed_text)
     if slash:
         raise errors.InvalidGraphError(
             f"built-in graph {name!r}: {base!r} is a single model, not a family; use {base!r}")
+    return entry, None
+
+
+def build(name: str) -> tuple[Any, int]:
+    """The built-in graph `name`: (compiled tf.keras.Model, default batch size).
+
+    `name` is a model ("nmt_4l"), a family member ("cifar10-cells/7") or a family alone (its
+    member 0). Raises InvalidGraphError listing the known names for anything else.
+    """
+    entry, seed = check_name(name)
+    if seed is not None:
+        return family(entry.name, seed)
     with _fresh_layer_names():
         return entry.builder(), entry.batch_size
 
@@ -579,4 +590,4 @@ def describe() -> list[tuple[str, str]]:
     return [(name, entry.description) for name, entry in MODELS.items()]
 
 
-__all__ = ["MODELS", "BuiltinModel", "build", "describe", "estimate_memory_bytes", "family"]
+__all__ = ["MODELS", "BuiltinModel", "build", "check_name", "describe", "estimate_memory_bytes", "family"]

@@ -45,7 +45,8 @@ def parse_input(name: str) -> tuple[str, int, bool]:
 
 def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
                             batch_size: int | None = None,
-                            variable_values: Mapping[str, np.ndarray] | None = None) -> OpGraph:
+                            variable_values: Mapping[str, np.ndarray] | None = None,
+                            output_fetches: Sequence[tuple[str, int]] = ()) -> OpGraph:
     """The OpGraph of a self-contained GraphDef (function calls inlined, variables as nodes).
 
     Args:
@@ -53,6 +54,8 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
       fetches: op or tensor names the step computes; default: the graph's sinks.
       batch_size: fills unknown leading dimensions of placeholders.
       variable_values: known values of variables, carried along for measurement.
+      output_fetches: (op name, output index) of fetches named as tensors: the op must have
+        that output.
 
     Raises:
       InvalidGraphError: empty graph, unknown fetch, unknown shapes with no batch_size, cycles.
@@ -79,6 +82,12 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
             tf.compat.v1.import_graph_def(pruned, name="")
     except (ValueError, TypeError, tf.errors.OpError) as e:
         raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {errors.first_line(e)}") from None
+    for name, index in output_fetches:
+        outputs = len(graph.get_operation_by_name(name).outputs) if name in keep else index + 1
+        if index >= outputs:
+            raise errors.InvalidGraphError(
+                f"fetch '{name}:{index}': op {name!r} has {outputs} output(s), so it has no output "
+                f"{index}; fetch the op by its name {name!r}")
     return _build(graph, pruned, fetch_ops, variable_values)
 
 
@@ -235,12 +244,16 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
     kernel_cache: dict = {}
     kernels = np.zeros((n, len(DEVICE_TYPES)), bool)
     output_bytes = np.zeros(n, np.int64)
+    unknown_shapes = np.zeros(n, bool)
     persistent = np.zeros(n, np.int64)
     tensor_ids: dict[tuple[int, int], int] = {}
     tensor_producer, tensor_bytes = [], []
     edge_tensor, edge_consumer = [], []
     control_senders, control_receivers = [], []
     out_bytes_of: dict[tuple[int, int], int] = {}
+    # Tensors whose shape is unknown because a graph input's (a variable's) is: costs read input
+    # shapes, so an op reading one has a guessed cost (`unknown_shapes`).
+    shapeless: dict[tuple[int, int], bool] = {}
 
     for i, op in enumerate(ops):
         node = node_defs[op.name]
@@ -250,9 +263,15 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
             kernel_cache[key] = kernel_device_types(node)
         kernels[i] = kernel_cache[key]
         known_inputs = [out_bytes_of.get((index[t.op.name], t.value_index), 0) for t in op.inputs]
+        unknown_shapes[i] = any(shapeless.get((index[t.op.name], t.value_index), False) for t in op.inputs)
+        # A source with no data inputs (a variable read, a dequeue) and an output of unknown shape
+        # starts a run of shapeless tensors; unknown shapes of other ops (a Unique, an opaque
+        # FusedBatchNorm reserve) are the op's nature, not missing information, and stay out.
+        is_source = not any(t.dtype.base_dtype not in (tf.resource, tf.variant) for t in op.inputs)
         fallback = max(known_inputs, default=0)
         for t in op.outputs:
-            size, _ = _tensor_bytes(t, fallback)
+            size, known = _tensor_bytes(t, fallback)
+            shapeless[(i, t.value_index)] = not known and (is_source or unknown_shapes[i])
             out_bytes_of[(i, t.value_index)] = size
             output_bytes[i] += size
         if node.op in _VARIABLE_OPS:
@@ -293,7 +312,7 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
     return make_op_graph(
         [op.name for op in ops], [op.type for op in ops], tensor_producer, tensor_bytes, edge_tensor,
         edge_consumer, control_senders, control_receivers, output_bytes, persistent, colocation_ids,
-        kernels, graph_def=graph_def, fetches=fetches, variable_values=values)
+        kernels, graph_def=graph_def, fetches=fetches, variable_values=values, unknown_shapes=unknown_shapes)
 
 
 def colocated_kernels(op_graph: OpGraph) -> np.ndarray:

@@ -21,7 +21,7 @@ import heapq
 
 import numpy as np
 
-from tfplaceto import errors
+from tfplaceto import checks, errors
 from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph, topological_order
 
 DEFAULT_MAX_GROUPS = 256
@@ -195,8 +195,7 @@ def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, weights: np.n
       weights: per-op work that intervals balance, e.g. compute seconds on the fastest device
         (what `make_problem` passes); default: output bytes, a proxy for elementwise work.
     """
-    if max_groups < 1:
-        raise ValueError("max_groups must be >= 1")
+    checks.check_int("max_groups", max_groups, 1)
     n = op_graph.num_ops
     order = scoped_topological_order(op_graph)
     if n <= max_groups:

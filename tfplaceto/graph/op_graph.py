@@ -21,6 +21,9 @@ Fields (N nodes, T tensors, E data edges, C control edges):
   graph_def    the TensorFlow GraphDef the ops come from (None for a grouped graph).
   fetches      names of the fetched ops (the graph's sinks by default).
   variable_values  name -> ndarray of variable values known at import (may be empty).
+  unknown_shapes (N,) bool   a node reads a tensor of unknown static shape because a graph input
+                             (a shapeless variable or queue) has one: its cost is a guess. All
+                             False when not recorded (groups, hand-made graphs).
 
 `senders`/`receivers` give the edges as node pairs (what a graph_nets GraphsTuple wants).
 """
@@ -58,8 +61,11 @@ class OpGraph:
     graph_def: object | None = None
     fetches: tuple[str, ...] = ()
     variable_values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    unknown_shapes: np.ndarray | None = None
 
     def __post_init__(self):
+        if self.unknown_shapes is None:
+            object.__setattr__(self, "unknown_shapes", np.zeros(len(self.names), bool))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, np.ndarray):
@@ -118,7 +124,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
                   edge_tensor, edge_consumer, control_senders=(), control_receivers=(),
                   output_bytes=None, persistent_bytes=None, colocation=None, kernels=None,
                   graph_def=None, fetches: Sequence[str] = (),
-                  variable_values: Mapping[str, np.ndarray] | None = None) -> OpGraph:
+                  variable_values: Mapping[str, np.ndarray] | None = None,
+                  unknown_shapes=None) -> OpGraph:
     """Builds an OpGraph from plain sequences, filling defaults and checking it is a DAG.
 
     Defaults: output_bytes = sum of the node's tensor bytes, no persistent memory, every node its
@@ -159,7 +166,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
         fetches = tuple(names[i] for i in range(n) if not has_out[i])
     return OpGraph(tuple(names), tuple(types), tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                    control_senders, control_receivers, output_bytes, persistent_bytes, colocation,
-                   kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}))
+                   kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}),
+                   None if unknown_shapes is None else np.asarray(unknown_shapes, bool))
 
 
 def joined_classes(n: int, pairs) -> np.ndarray:

@@ -23,7 +23,9 @@ Map of the file:
 Sources:
   tf.compat.v1.GraphDef     copied (the user's proto is never modified).
   tf.compat.v1.MetaGraphDef its graph_def; fetches default to the "train_op" collection.
-  tf.Graph                  as_graph_def(); fetches default to its "train_op" collection.
+  tf.Graph                  as_graph_def(); fetches default to its "train_op" collection. A
+                            tf.function's graph (FuncGraph) is imported like its ConcreteFunction:
+                            its captured variables give the shapes its GraphDef lacks.
   ConcreteFunction          graph + captures made self-contained; fetches = its outputs.
   tf.function               its concrete function (needs an input_signature or exactly one trace).
   tf.keras.Model            compiled: train_step((x, y)) traced; else model(x, training=False).
@@ -126,6 +128,11 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
         return _from_graph_def(graph_def, requested, (), "GraphDef", lower_control_flow)
     if isinstance(source, meta_graph_pb2.MetaGraphDef):
         return _from_meta_graph_def(source, requested, "MetaGraphDef", lower_control_flow)
+    if isinstance(source, tf.Graph) and getattr(source, "internal_captures", None):
+        # A tf.function's graph: its captures still know the variables' shapes (its GraphDef
+        # alone does not), so import it as its ConcreteFunction would be.
+        return _from_concrete_function(_FuncGraphFunction(source), requested,
+                                       f"tf.function graph {source.name}", lower_control_flow)
     if isinstance(source, tf.Graph):
         default_fetches = tuple(_name_of(item) for item in source.get_collection("train_op")
                                 if isinstance(item, (str, bytes)) or hasattr(item, "name"))
@@ -401,6 +408,29 @@ def _from_concrete_function(function, requested: tuple[str, ...], description: s
         default_fetches = tuple(dict.fromkeys(op.name for op in function.graph.control_outputs))
     return _finish(graph_def, requested or default_fetches, feeds, variable_values, description,
                    lower_control_flow)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FuncGraphFunction:
+    """A FuncGraph seen through the ConcreteFunction attributes `_from_concrete_function` reads."""
+
+    graph: Any
+
+    @property
+    def captured_inputs(self) -> list:
+        return list(self.graph.external_captures)
+
+    @property
+    def inputs(self) -> list:
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list:
+        return list(self.graph.outputs)
+
+    @property
+    def variables(self) -> tuple:
+        return tuple(self.graph.variables)
 
 
 def _self_contained_graph_def(function) -> tuple[graph_pb2.GraphDef, dict[str, np.ndarray]]:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from tfplaceto import errors
+from tfplaceto import checks, errors
 from tfplaceto.graph.from_graph_def import parse_input
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.session import inputs_as_variables, random_feeds, run_placed
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
 from tfplaceto.rewrite import apply_placement
+
+_MAX_RUNS = 10**6  # a million timed steps is already days of a real model
 
 _LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 
@@ -74,11 +76,10 @@ def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, wa
       InvalidClusterError: a bad or unreachable target, or the placement names a device the
         target does not have.
       UnplaceableError: an op has no kernel for the device it was placed on.
-      TfplacetoError: runs < 1 or warmup < 0.
+      InvalidArgumentError: runs not in 1..10**6 or warmup not in 0..10**6 (ints, not bools).
     """
-    if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
-        raise errors.TfplacetoError(f"measure needs runs >= 1 and warmup >= 0, got runs={runs!r}, "
-                                    f"warmup={warmup!r}")
+    runs = checks.check_int("measure runs", runs, 1, _MAX_RUNS)
+    warmup = checks.check_int("measure warmup", warmup, 0, _MAX_RUNS)
     graph_def, fetches, variable_values = graph_parts(graph_def_or_op_graph)
     placed = apply_placement(graph_def, placement)
     used = placed_devices(placed)

@@ -29,8 +29,10 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 
-from tfplaceto import errors
-from tfplaceto.cluster import Cluster, Device, Link, _host_memory_bytes
+from tfplaceto import checks, errors
+from tfplaceto.cluster import MAX_DEVICES, Cluster, Device, Link, _host_memory_bytes
+
+MAX_LOCAL_TASKS = 64
 
 # Figures for a worker task's CPU device, as Cluster.local() declares its host CPU.
 _CPU_GFLOPS_PER_CORE = 16.0 * 2.5
@@ -72,9 +74,7 @@ class LocalTarget(TFTarget):
     """This process: `cpus` logical CPU devices (ConfigProto device_count) plus any GPUs."""
 
     def __init__(self, cpus: int = 1):
-        if not isinstance(cpus, int) or cpus < 1:
-            raise errors.InvalidClusterError(f"a local target needs cpus >= 1, got {cpus!r}")
-        self.cpus = cpus
+        self.cpus = checks.check_int("local target cpus", cpus, 1, MAX_DEVICES, error=errors.InvalidClusterError)
         self.target = ""
         self.description = f"local:{cpus}"
         self._devices: tuple[str, ...] | None = None
@@ -163,8 +163,9 @@ class LocalTFCluster(_GrpcTarget):
     def __init__(self, n_tasks: int = 2, cores_per_task: int | None = None,
                  intra_op_threads: int | None = None, inter_op_threads: int | None = None,
                  start_timeout_s: float = 120.0, timeout_s: float = 600.0, host: str = "localhost"):
-        if not isinstance(n_tasks, int) or n_tasks < 1:
-            raise errors.InvalidClusterError(f"a local TF cluster needs n_tasks >= 1, got {n_tasks!r}")
+        # Each task is a TF server on this host: more than MAX_LOCAL_TASKS would only thrash it.
+        n_tasks = checks.check_int("LocalTFCluster n_tasks", n_tasks, 1, MAX_LOCAL_TASKS,
+                                   error=errors.InvalidClusterError)
         self.n_tasks = n_tasks
         self.core_sets = _core_sets(n_tasks, cores_per_task)
         cores = len(self.core_sets[0]) if self.core_sets[0] else max(1, _available_cores() // n_tasks)

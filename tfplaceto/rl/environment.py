@@ -281,10 +281,11 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if lane.placement[node] != device:  # an unchanged placement needs no simulation
             lane.placement[members] = device
             self._simulate(lane)
-        return (previous - lane.cost) / lane.initial_cost
+        # A placement with no cost at all (ops too small to cost) cannot improve: no reward.
+        return (previous - lane.cost) / lane.initial_cost if lane.initial_cost > 0 else 0.0
 
     def _summary(self, lane: _Lane) -> dict:
         return {"problem": lane.problem, "initial_step_time_s": lane.initial_step_time,
                 "step_time_s": lane.step_time, "oom": lane.oom,
-                "improvement": (lane.initial_cost - lane.cost) / lane.initial_cost,
+                "improvement": (lane.initial_cost - lane.cost) / lane.initial_cost if lane.initial_cost > 0 else 0.0,
                 "steps": len(lane.order), "placement": lane.placement.copy()}

@@ -125,6 +125,13 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
     indegree = (np.bincount(edge_consumer, minlength=n)
                 + np.bincount(control_receivers, minlength=n)).astype(np.int32)
     streams = np.array([d.streams for d in cluster.devices], np.int32)
+    off_diagonal = ~np.eye(cluster.num_devices, dtype=bool)
+    # Cluster validates its links; this guards the kernel itself: a NaN time never compares
+    # smaller, so the event loop would wait on it forever.
+    if not (np.isfinite(cluster.latency[off_diagonal]).all()
+            and (cluster.bandwidth[off_diagonal] > 0).all() and not np.isnan(cluster.bandwidth).any()):
+        raise errors.InvalidClusterError(
+            f"cluster {cluster.name!r} has a link with a NaN, infinite or non-positive figure")
     return SimGraph(
         compute=compute, tensor_producer=tensor_producer,
         tensor_bytes=_owned(op_graph.tensor_bytes, np.int64),
