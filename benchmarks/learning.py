@@ -1,8 +1,8 @@
 """Does the policy learn? The policy alone, trained from fresh weights on one graph, beside its controls.
 
 For each graph (on one cluster), a policy is trained from fresh weights with the paper's MDP
-(random starts, every node visited once, intermediate rewards; `tfplaceto.rl.train.train`) for
-a fixed, seeded number of episodes. Every `--eval-every` episodes the policy alone is measured:
+(random starts, every node visited once, intermediate rewards; `tfplaceto.rl.train.train`,
+configured by the shipped policy's gin file) for a fixed, seeded number of episodes. Every `--eval-every` episodes the policy alone is measured:
 greedy episodes from `--starts` fixed random starts (`method="placeto_policy"`: no search, no
 climbing), the mean simulated step time of their end placements. Flat references:
 - best fast baseline (the best of single, round_robin, expert, metis, m_topo, m_etf, m_sct, heft);
@@ -15,7 +15,7 @@ the one that counts).
 Prints a table (last line: how many graphs reached 1.05x of the best baseline) and writes a
 JSON file and a PNG of the curves (against episodes and training wall time).
 
-    python benchmarks/learning.py --graphs cifar10-cells/0 ptb-cells/0 --episodes 2048 \\
+    python benchmarks/learning.py --graphs cifar10-cells/0 ptb-cells/0 --episodes 1536 512 \\
         --out docs/learning.json --plot docs/learning.png
 """
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.05  # the policy alone within 5% of the best fast baseline
 
 
@@ -53,11 +55,11 @@ def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:
 
 
 def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: int, seed: int,
-              lanes: int, log) -> dict:
+              config: dict, log) -> dict:
     from tfplaceto import search
     from tfplaceto.baselines import COMPARED_BASELINES, run
     from tfplaceto.policy.network import PlacetoNetwork
-    from tfplaceto.rl.train import greedy_placements, train
+    from tfplaceto.rl.train import Actor, train
 
     problem = problem_of(name, cluster)
     simulator = problem.simulator()
@@ -70,11 +72,13 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     best = search.best_baseline(problem, seed).step_time_s
     eval_seed = 10_000 + seed  # evaluation starts differ from the training starts
 
-    def policy_alone(network, start="random") -> float:
-        return mean_step(greedy_placements(problem, network, start=start, starts=starts, seed=eval_seed))
-
     network = PlacetoNetwork(seed=seed)
-    untrained = policy_alone(network)
+    actor = Actor(problem, network, seed)  # one compiled function; it sees the weights as they train
+
+    def policy_alone(acting=actor, start="random") -> float:
+        return mean_step(acting.episodes(start, starts, greedy=True, seed=eval_seed))
+
+    untrained = policy_alone()
     random_moves = mean_step(random_actions(problem, starts, eval_seed))
     curve = [{"episode": 0, "wall_s": 0.0, "step_time_s": untrained}]
     evaluation_s = [0.0]
@@ -83,14 +87,14 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
         if entry["episode"] % eval_every == 0:
             wall = entry["wall_s"] - evaluation_s[0]  # training time only: earlier evaluations out
             began = time.perf_counter()
-            step_time = policy_alone(network)
+            step_time = policy_alone()
             evaluation_s[0] += time.perf_counter() - began
             curve.append({"episode": entry["episode"], "wall_s": wall, "step_time_s": step_time})
             log(f"{name} {cluster}: episode {entry['episode']}, policy alone {step_time * 1e3:.3f} ms "
                 f"({step_time / best:.3f}x best baseline)")
 
-    result = train(problem, episodes=episodes, seed=seed, lanes=lanes, network=network, progress=False,
-                   callback=on_episode)
+    result = train(problem, episodes=episodes, seed=seed, network=network, progress=False,
+                   callback=on_episode, **config)
     reached = next((p for p in curve if p["step_time_s"] <= TARGET * best), None)
     final = curve[-1]["step_time_s"]
     return {
@@ -100,8 +104,8 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
         "single_is_best": best_method == "single", "untrained_s": untrained,
         "random_actions_s": random_moves, "curve": curve, "final_s": final,
         "final_over_best": final / best, "final_over_untrained": final / untrained,
-        "from_single_s": policy_alone(network, "single"),
-        "untrained_from_single_s": policy_alone(PlacetoNetwork(seed=seed), "single"),
+        "from_single_s": policy_alone(start="single"),
+        "untrained_from_single_s": policy_alone(Actor(problem, PlacetoNetwork(seed=seed), seed), "single"),
         "reached_episode": reached["episode"] if reached else None,
         "reached_wall_s": reached["wall_s"] if reached else None,
     }
@@ -139,15 +143,19 @@ def main(argv=None) -> None:
                         help="training episodes, one for all graphs or one per graph")
     parser.add_argument("--eval-every", type=int, default=128)
     parser.add_argument("--starts", type=int, default=4, help="fixed random starts per evaluation")
-    parser.add_argument("--lanes", type=int, default=32)
+    parser.add_argument("--gin", default=os.path.join(ROOT, "tfplaceto", "policy", "train.gin"),
+                        help="training configuration (default: the shipped policy's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument("--plot", default=None, help="PNG of the curves")
     args = parser.parse_args(argv)
+    import gin
+
+    gin.parse_config_file(args.gin)
     episodes = args.episodes * len(args.graphs) if len(args.episodes) == 1 else args.episodes
     rows = []
     for name, count in zip(args.graphs, episodes):
-        rows.append(run_graph(name, args.cluster, count, args.eval_every, args.starts, args.seed, args.lanes,
+        rows.append(run_graph(name, args.cluster, count, args.eval_every, args.starts, args.seed, {},
                               log=lambda line: print(line, flush=True)))
         if args.out:
             with open(args.out, "w") as f:

@@ -184,7 +184,7 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     from tfplaceto.rewrite import apply_placement
     from tfplaceto.sim import lower_bound
 
-    start = time.perf_counter()
+    began = time.perf_counter()
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
@@ -211,5 +211,5 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     placed = apply_placement(base, placement)
     return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
                           {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
-                          time.perf_counter() - start, op_graph, cluster, costs,
+                          time.perf_counter() - began, op_graph, cluster, costs,
                           {m: r[1] for m, r in results.items()}, shapes)

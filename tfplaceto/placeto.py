@@ -24,7 +24,6 @@ import time
 import numpy as np
 
 from tfplaceto import search
-from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import resolve_policy
 from tfplaceto.problem import Problem
 
@@ -41,37 +40,20 @@ def policy_placement(problem: Problem, policy=None, start: str = "random", seed:
     from tfplaceto.rl.train import greedy_placements
 
     if start not in STARTS:
-        raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
+        from tfplaceto import errors
+
+        raise errors.InvalidArgumentError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     network = resolve_policy(policy, seed)
     return greedy_placements(problem, network, start=start, starts=1, seed=seed)[0]
 
 
-def policy_perturbation(problem: Problem, network, window: int = search.WINDOW, seed: int = 0,
-                        count: int = POLICY_PERTURBATIONS) -> search.Perturbation:
-    """A Perturbation drawing `count` sampled policy episodes over a window of `window`
-    consecutive classes of the given placement (one batched episode per call)."""
-    from tf_agents.policies import py_tf_eager_policy
+def policy_perturbation(actor, window: int = search.WINDOW) -> search.Perturbation:
+    """A Perturbation: sampled policy episodes (of a `tfplaceto.rl.train.Actor`) re-placing a
+    window of `window` consecutive classes of the given placement, in lockstep."""
 
-    from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
-    from tfplaceto.rl.environment import PlacementEnvironment
-    from tfplaceto.rl.train import collect, specs
-
-    current: list[np.ndarray] = []
-    env = PlacementEnvironment(problem, batch_size=count, initial=lambda p, r: current[0], seed=seed,
-                               window=window)
-    time_step_spec, action_spec = specs(env)
-    sampled = PlacetoPolicy(time_step_spec, action_spec, network, as_tensors(F.pack(env.statics, env.dims)),
-                            seed=seed)
-    policy = py_tf_eager_policy.PyTFEagerPolicy(sampled, use_tf_function=True, batch_time_steps=False)
-
-    def perturb(rng: np.random.Generator, placement: np.ndarray, how_many: int) -> list[np.ndarray]:
-        del rng  # the environment and the policy have their own seeded generators
-        current[:] = [placement]
-        moved: list[np.ndarray] = []
-        while len(moved) < how_many:
-            collect(env, policy, env.reset())
-            moved += [summary["placement"] for summary in env.pop_summaries()]
-        return moved[:how_many]
+    def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
+        return actor.episodes(placement, count, greedy=False, window=window,
+                              seed=int(rng.integers(2**31)))
 
     return perturb
 
@@ -89,7 +71,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         fine-tuning updates).
       network: deprecated alias of `policy` for a PlacetoNetwork.
     """
-    from tfplaceto.rl.train import greedy_placements, train
+    from tfplaceto.rl.train import Actor, train
 
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, search.BUDGET_S)
@@ -99,10 +81,11 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         train(problem, episodes=10**9, seed=seed, network=network, progress=False,
               stop_after_s=tuning_s)
     baseline = search.best_baseline(problem, seed)
+    actor = Actor(problem, network, seed)
     starts = [baseline.placement]
-    for start in ("random", baseline.placement):
-        starts += greedy_placements(problem, network, start=start, starts=1, seed=seed)
-    perturbations = [(policy_perturbation(problem, network, seed=seed), POLICY_PERTURBATIONS),
+    for start in ("random", baseline.placement):  # the policy's own placements
+        starts += actor.episodes(start, 1, greedy=True, seed=seed)
+    perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
     from tqdm.auto import tqdm
 

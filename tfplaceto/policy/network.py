@@ -9,7 +9,8 @@
                       ancestors, descendants and parallel (neither) nodes, each set through its own
                       learned aggregator (an MLP after the mean), as in the paper.
   DeviceScorer        MLP on [context, (class, device) features, mean embedding of the nodes on the
-                      device] -> one logit per device slot; not allowed -> MASKED_LOGIT.
+                      device], plus a linear term of the device features -> one logit per device
+                      slot; not allowed -> MASKED_LOGIT.
   PlacetoNetwork      the whole: (packed statics, observation batch) -> logits (B, D).
 
 Inputs are computed by `features.compute_features` from the packed per-graph statics and the
@@ -123,11 +124,14 @@ class ContextPooling(snt.Module):
 
 
 class DeviceScorer(snt.Module):
-    """One logit per device slot from [context, device features, nodes-on-device embedding]."""
+    """One logit per device slot: an MLP of [context, device features, nodes-on-device embedding]
+    plus a linear function of the device features alone (wide and deep: simple rules over the
+    device features, such as "where its inputs are", are learned in few updates)."""
 
     def __init__(self, hidden: int, rng: np.random.Generator, name: str = "device_scorer"):
         super().__init__(name=name)
         self._mlp = _mlp([hidden, hidden, 1], rng, "mlp")
+        self._linear = snt.Linear(1, w_init=snt.initializers.Zeros(), name="linear")
 
     def __call__(self, context: tf.Tensor, embeddings: tf.Tensor, features: F.Features) -> tf.Tensor:
         devices = features.devices  # (B, D, F)
@@ -136,7 +140,8 @@ class DeviceScorer(snt.Module):
         count = tf.maximum(tf.reduce_sum(on_device, axis=1), 1.0)[..., None]
         device_nodes = tf.einsum("bnd,bnh->bdh", on_device, embeddings) / count  # (B, D, H)
         tiled = tf.tile(context[:, None, :], tf.stack([1, num_devices, 1]))
-        logits = tf.squeeze(self._mlp(tf.concat([tiled, devices, device_nodes], axis=-1)), -1)
+        inputs = tf.concat([tiled, devices, device_nodes], axis=-1)
+        logits = tf.squeeze(self._mlp(inputs) + self._linear(devices), -1)
         return tf.where(features.action_mask, logits, MASKED_LOGIT)
 
 
@@ -171,6 +176,7 @@ class PlacetoNetwork(snt.Module):
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
         self._up = DirectedPropagation(hidden, rounds, rng, name="bottom_up")
         self._combine = _mlp([hidden], rng, "combine", activate_final=True)
+        self._normalize = snt.LayerNorm(-1, create_scale=True, create_offset=True, name="normalize")
         self._pooling = ContextPooling(hidden, rng)
         self._scorer = DeviceScorer(hidden, rng)
         self._built = False
@@ -184,7 +190,8 @@ class PlacetoNetwork(snt.Module):
         features = F.compute_features(statics, observation)
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
-        nodes = self._combine(tf.concat([self._down(graph), self._up(reversed_graph)], axis=-1))
+        # Residual rounds grow the embeddings' scale with depth: normalized before pooling.
+        nodes = self._normalize(self._combine(tf.concat([self._down(graph), self._up(reversed_graph)], axis=-1)))
         shape = tf.shape(features.node_mask)
         embeddings = tf.reshape(nodes, [shape[0], shape[1], nodes.shape[-1]])
         embeddings = embeddings * features.node_mask[..., None]

@@ -20,7 +20,9 @@ than the same step time without OOM, and less overflow is better.
 Batching: the environment runs `batch_size` episodes (lanes) in lockstep, so one network call
 serves every lane. With `same_problem` (the default) all lanes of a batch place the same problem
 (sampled per batch), so their episodes have equal length and their returns at each step index are
-a baseline for each other. The TF-Agents contract holds per lane: a step after a lane's LAST time
+a baseline for each other; with `shared_start` they also start from the same initial placement
+(one draw per batch), so their returns differ by their actions only: the baseline's variance
+falls (common random numbers). The TF-Agents contract holds per lane: a step after a lane's LAST time
 step resets that lane (its action is ignored) and returns FIRST, so drivers and
 `validate_py_environment` run it unchanged.
 
@@ -120,7 +122,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: F.Dims | None = None,
-                 window: int | None = None):
+                 window: int | None = None, shared_start: bool = False):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -140,6 +142,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
+        self._shared_start = shared_start and same_problem
         self._cache: dict = {}
         self._observation_spec = F.observation_spec(self._dims)
         self._action_spec = array_spec.BoundedArraySpec((), np.int32, 0, self._dims.devices - 1,
@@ -208,12 +211,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         lane.cost = placement_cost(lane.step_time, lane.peak, problem.memory_bytes, self._oom_penalty)
         self._best[lane.problem].offer(lane.step_time, lane.oom, lane.placement)
 
-    def _begin(self, lane: _Lane, index: int) -> None:
-        problem = self._problems[index]
+    def _begin(self, lane: _Lane, index: int, placement: np.ndarray | None = None) -> None:
         statics = self._statics[index]
-        choice = self._initial[int(self._rng.integers(len(self._initial)))]
         lane.problem, lane.statics = index, statics
-        lane.placement = initial_placement(problem, choice, self._rng, self._cache).copy()
+        lane.placement = (self._draw_start(index) if placement is None else placement).copy()
         lane.visited = np.zeros(statics.num_nodes, np.float32)
         lane.order = (self._rng.permutation(statics.num_steps) if self._order_kind == "random"
                       else np.arange(statics.num_steps))
@@ -223,6 +224,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         lane.t, lane.done = 0, False
         self._simulate(lane)
         lane.initial_cost, lane.initial_step_time = lane.cost, lane.step_time
+
+    def _draw_start(self, index: int) -> np.ndarray:
+        choice = self._initial[int(self._rng.integers(len(self._initial)))]
+        return initial_placement(self._problems[index], choice, self._rng, self._cache)
 
     def _observe(self, step_type: np.ndarray, reward: np.ndarray) -> ts.TimeStep:
         obs = F.empty_observations(self._dims, self._batch)
@@ -240,8 +245,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def _reset(self) -> ts.TimeStep:
         shared = self._sample_problem() if self._same_problem else None
+        start = self._draw_start(shared) if self._shared_start else None
         for lane in self._lanes:
-            self._begin(lane, shared if shared is not None else self._sample_problem())
+            self._begin(lane, shared if shared is not None else self._sample_problem(), start)
         return self._observe(np.full(self._batch, ts.StepType.FIRST), np.zeros(self._batch))
 
     def _step(self, action) -> ts.TimeStep:

@@ -3,6 +3,8 @@
   collect(env, policy, num_steps)   one batch of lockstep episodes through TF-Agents' `PyDriver`
                        with the agent's collect policy (`PyTFEagerPolicy`, compiled); returns the
                        Trajectory [B, T] and its weights (0 on the boundary step).
+  Actor                runs a network's policy on one problem (greedy or sampled episodes, one
+                       compiled function for every call): what the placer and benchmarks use.
   greedy_placements(problem, network, start, starts, seed)  the policy alone: the end placements
                        of greedy episodes (in lockstep); what `placeto_policy` returns and what
                        the learning benchmarks measure.
@@ -65,6 +67,48 @@ def collect(env: PlacementEnvironment, policy, time_step):
     return experience, weights, time_step
 
 
+class Actor:
+    """Runs a network's policy on one problem: greedy or sampled episodes from given starts.
+
+    One compiled function (batch size free, greedy or sampled chosen by an argument) serves
+    every call, so a placer that runs the policy many times traces it once. Sampling uses the
+    policy's own seeded generator (`PlacetoPolicy`).
+    """
+
+    def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
+        self._problem = problem
+        self._seed = seed
+        self._calls = 0
+        probe = PlacementEnvironment(problem)
+        self._dims = probe.dims
+        policy = PlacetoPolicy(*specs(probe), network, as_tensors(F.pack(probe.statics, probe.dims)), seed=seed)
+        signature = {k: tf.TensorSpec((None,) + tuple(v.shape), v.dtype)
+                     for k, v in probe.observation_spec().items()}
+
+        @tf.function(input_signature=[signature, tf.TensorSpec((), tf.bool)], autograph=False)
+        def act(observation, greedy):
+            logits = policy.logits(observation)
+            uniform = policy.generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
+            noise = tf.where(greedy, tf.zeros_like(uniform), -tf.math.log(-tf.math.log(uniform)))
+            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32)
+
+        self._act = act
+
+    def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
+                 seed: int | None = None) -> list[np.ndarray]:
+        """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
+        `initial`); `window`: re-place only that many consecutive classes."""
+        seed = self._seed + self._calls if seed is None else seed
+        self._calls += 1
+        env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
+                                   window=window, dims=self._dims)
+        step = env.reset()
+        greedy = tf.constant(greedy)
+        while not step.is_last().all():
+            step = env.step(self._act({k: tf.constant(v) for k, v in step.observation.items()}, greedy).numpy())
+        return [summary["placement"] for summary in env.pop_summaries()]
+
+
 def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,
                       seed: int = 0) -> list[np.ndarray]:
     """The policy alone: the end placements of `starts` greedy episodes (in lockstep) from
@@ -72,15 +116,7 @@ def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random",
 
     No search and no climbing: a policy that changes nothing returns its start.
     """
-    from tf_agents.policies import greedy_policy
-
-    env = PlacementEnvironment(problem, batch_size=starts, initial=start, seed=seed)
-    time_step_spec, action_spec = specs(env)
-    packed = as_tensors(F.pack(env.statics, env.dims))
-    greedy = greedy_policy.GreedyPolicy(PlacetoPolicy(time_step_spec, action_spec, network, packed))
-    collect(env, py_tf_eager_policy.PyTFEagerPolicy(greedy, use_tf_function=True,
-                                                    batch_time_steps=False), env.reset())
-    return [summary["placement"] for summary in env.pop_summaries()]
+    return Actor(problem, network, seed).episodes(start, starts, greedy=True, seed=seed)
 
 
 # -- the loop -----------------------------------------------------------------------------------------
@@ -130,15 +166,16 @@ def _best_from_json(payload: dict) -> Best:
 
 @gin.configurable(denylist=["problems", "logdir", "network", "callback"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
-          seed: int = 0, lanes: int = 32, initial: str | tuple = "random",
+          seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8,
-          learning_rate: float = 1e-3, entropy_coefficient: float = 0.02,
-          final_entropy_coefficient: float = 0.001, entropy_decay_episodes: int = 4096,
-          gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 1024,
+          learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
+          final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
+          gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
           oom_penalty: float = 1.0, checkpoint_every: int = 10,
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
-          stop_after_s: float | None = None) -> TrainResult:
+          stop_after_s: float | None = None, shared_start: bool = True,
+          updates_per_batch: int = 4) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -147,7 +184,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environment and the actions.
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
-      initial, order, oom_penalty: see PlacementEnvironment (the paper's MDP: random starts).
+      initial, order, oom_penalty, shared_start: see PlacementEnvironment (the paper's MDP:
+        random starts; by default the lanes of a batch share theirs).
       hidden, rounds: the network (ignored when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
@@ -157,13 +195,16 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       network: start from these weights (e.g. the shipped policy) instead of fresh ones.
       progress: show a tqdm bar.
       callback: called with each episode's history entry.
+      updates_per_batch: REINFORCE updates on each batch, each on its own sample of
+        `max_train_steps` steps (more updates per simulated episode; the later ones are slightly
+        off-policy, fine for small steps).
       stop_after_s: also stop (between updates) after this many seconds of this call: for
         fine-tuning within a placement's time budget; training runs are budgeted in episodes.
     """
     start = time.perf_counter()
     problems = [problems] if isinstance(problems, Problem) else list(problems)
     env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
-                               oom_penalty=oom_penalty)
+                               oom_penalty=oom_penalty, shared_start=shared_start)
     packed = as_tensors(F.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed)
     time_step_spec, action_spec = specs(env)
@@ -227,10 +268,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         # Every batch starts from a reset: a resumed run then draws the same starts as one that
         # was not interrupted (the reset at the last boundary is already in the saved state).
         experience, weights, _ = collect(env, policy, env.reset())
-        loss_info = agent.train(tf.nest.map_structure(tf.constant, experience), tf.constant(weights))
+        decisions += int(weights.sum())
+        batch = tf.nest.map_structure(tf.constant, experience)
+        for _ in range(updates_per_batch):
+            loss_info = agent.train(batch, tf.constant(weights))
         update = int(agent.train_step_counter.numpy())
         wall = wall_before + time.perf_counter() - start
-        decisions += int(weights.sum())
         for index in range(len(problems)):
             candidate = env.best_for(index)
             if candidate.placement is not None:
