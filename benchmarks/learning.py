@@ -151,6 +151,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     import gin
 
+    import tfplaceto.rl.train  # noqa: F401  (registers train() with gin)
+
     gin.parse_config_file(args.gin)
     episodes = args.episodes * len(args.graphs) if len(args.episodes) == 1 else args.episodes
     rows = []

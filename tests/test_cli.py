@@ -94,7 +94,7 @@ def test_the_installed_entry_point_runs(graph_file, tmp_path):
 def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys):
     logdir = tmp_path / "run"
     assert main(["train", "--family", "cifar10-cells", "--cluster", "2xK80", "--logdir", str(logdir),
-                 "--episodes", "2", "--num-graphs", "1"]) == 0
+                 "--episodes", "2", "--num-graphs", "1", "--gin-param", "train.lanes = 2"]) == 0
     assert (logdir / "policy" / "policy.json").exists()
     capsys.readouterr()
     assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),

@@ -303,3 +303,20 @@ def test_block_moves_move_a_chain_that_single_moves_cannot():
     climbed = local_search.climb(problem, start, rng, float("inf"), moves=blocks)
     assert simulator.run(climbed)[0] == pytest.approx(4e-3)  # one chain per device
     assert len(set(climbed[:4])) == 1 and len(set(climbed[4:])) == 1 and climbed[0] != climbed[4]
+
+
+def test_tp_train_trains_on_sources_and_clusters_and_its_policy_places(tmp_path):
+    source = "builtin:ptb-cells/0"
+    result = tp.train([source], ["2xV100"], episodes=2, logdir=str(tmp_path / "run"), lanes=2, hidden=8,
+                      rounds=2)
+    op_graph = tp.import_graph(source)
+    problem_steps = F.graph_statics(tp.problem.make_problem(
+        op_graph, tp.Cluster.preset("2xV100"), tp.profile(op_graph, "2xV100"))).num_steps
+    assert result.episodes == 2 and result.decisions == 2 * problem_steps and result.wall_s > 0
+    assert list(result.best_step_time_s) == [f"{source}@2xV100"]
+    placement = tp.place(op_graph, "2xV100", method="placeto_policy", policy=result.policy_dir, seed=3)
+    assert set(placement.values()) <= set(tp.Cluster.preset("2xV100").device_names)
+    with pytest.raises(errors.TfplacetoError, match="actors"):
+        tp.train([source], ["2xV100"], episodes=2, logdir=None, actors=2)
+    with pytest.raises(errors.TfplacetoError, match="episodes"):
+        tp.train([source], ["2xV100"], episodes=0, logdir=None)
