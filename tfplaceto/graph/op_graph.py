@@ -21,6 +21,11 @@ Fields (N nodes, T tensors, E data edges, C control edges):
   graph_def    the TensorFlow GraphDef the ops come from (None for a grouped graph).
   fetches      names of the fetched ops (the graph's sinks by default).
   variable_values  name -> ndarray of variable values known at import (may be empty).
+  iterations   (N,) int64    times each node runs per step: 1 outside loops, the trips of its
+                             loop frame(s) inside a while-loop body (see graph/loops.py).
+  tensor_iterations (T,) int64 times each tensor crosses its edges per step (a body's tensors
+                             move every iteration; a tensor entering or leaving a loop once).
+  loops        the LoopFrames of the graph (name, parent, trips, source), () without loops.
 
 `senders`/`receivers` give the edges as node pairs (what a graph_nets GraphsTuple wants).
 """
@@ -58,8 +63,16 @@ class OpGraph:
     graph_def: object | None = None
     fetches: tuple[str, ...] = ()
     variable_values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    iterations: np.ndarray | None = None
+    tensor_iterations: np.ndarray | None = None
+    loops: tuple = ()
 
     def __post_init__(self):
+        # Graphs without loops run every node and move every tensor once.
+        if self.iterations is None:
+            object.__setattr__(self, "iterations", np.ones(len(self.names), np.int64))
+        if self.tensor_iterations is None:
+            object.__setattr__(self, "tensor_iterations", np.ones(len(self.tensor_producer), np.int64))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, np.ndarray):
@@ -108,21 +121,42 @@ class OpGraph:
                       self.control_senders, self.control_receivers, self.output_bytes,
                       self.persistent_bytes, self.colocation, self.kernels):
             digest.update(np.ascontiguousarray(array).tobytes())
+        if self.has_loops:  # loop-free graphs keep their fingerprints (and cached profiles)
+            for array in (self.iterations, self.tensor_iterations):
+                digest.update(np.ascontiguousarray(array, np.int64).tobytes())
         return digest.hexdigest()[:16]
 
+    @property
+    def has_loops(self) -> bool:
+        """Whether some node or tensor runs more than once per step (a while-loop body)."""
+        return bool((self.iterations > 1).any() or (self.tensor_iterations > 1).any())
+
+    def loop_report(self) -> list[dict]:
+        """One dict per loop frame: name, parent (None at top level), trips, iterations per
+        step (nested loops multiply), ops in its body, source of the count (for report.json)."""
+        per_step = {}
+        for f, frame in enumerate(self.loops):
+            per_step[f] = frame.trips * (1 if frame.parent < 0 else per_step[frame.parent])
+        return [{"name": frame.name, "parent": None if frame.parent < 0 else self.loops[frame.parent].name,
+                 "trips": frame.trips, "iterations_per_step": per_step[f], "source": frame.source}
+                for f, frame in enumerate(self.loops)]
+
     def __repr__(self) -> str:
-        return f"OpGraph({self.num_ops} ops, {self.num_edges} edges, {len(self.fetches)} fetches)"
+        loops = f", {len(self.loops)} loops" if self.loops else ""
+        return f"OpGraph({self.num_ops} ops, {self.num_edges} edges, {len(self.fetches)} fetches{loops})"
 
 
 def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, tensor_bytes,
                   edge_tensor, edge_consumer, control_senders=(), control_receivers=(),
                   output_bytes=None, persistent_bytes=None, colocation=None, kernels=None,
                   graph_def=None, fetches: Sequence[str] = (),
-                  variable_values: Mapping[str, np.ndarray] | None = None) -> OpGraph:
+                  variable_values: Mapping[str, np.ndarray] | None = None,
+                  iterations=None, tensor_iterations=None, loops: Sequence = ()) -> OpGraph:
     """Builds an OpGraph from plain sequences, filling defaults and checking it is a DAG.
 
     Defaults: output_bytes = sum of the node's tensor bytes, no persistent memory, every node its
-    own colocation group, kernels on every device type, fetches = sinks.
+    own colocation group, kernels on every device type, fetches = sinks, no loops (every node
+    and tensor once per step).
     Raises InvalidGraphError for out-of-range indices or a cycle.
     """
     n = len(names)
@@ -149,6 +183,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
     persistent_bytes = np.zeros(n, np.int64) if persistent_bytes is None else np.asarray(persistent_bytes, np.int64)
     colocation = np.arange(n, dtype=np.int32) if colocation is None else np.asarray(colocation, np.int32)
     kernels = np.ones((n, len(DEVICE_TYPES)), bool) if kernels is None else np.asarray(kernels, bool)
+    iterations = _counts(iterations, n, "iterations")
+    tensor_iterations = _counts(tensor_iterations, len(tensor_producer), "tensor_iterations")
     senders = tensor_producer[edge_tensor]
     topo = topological_order(n, np.concatenate([senders, control_senders]),
                              np.concatenate([edge_consumer, control_receivers]), names)
@@ -159,7 +195,17 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
         fetches = tuple(names[i] for i in range(n) if not has_out[i])
     return OpGraph(tuple(names), tuple(types), tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                    control_senders, control_receivers, output_bytes, persistent_bytes, colocation,
-                   kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}))
+                   kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}),
+                   iterations, tensor_iterations, tuple(loops))
+
+
+def _counts(values, n: int, label: str) -> np.ndarray:
+    if values is None:
+        return np.ones(n, np.int64)
+    values = np.asarray(values, np.int64).reshape(-1)
+    if len(values) != n or (values < 1).any():
+        raise errors.InvalidGraphError(f"{label} needs {n} counts >= 1")
+    return values
 
 
 def joined_classes(n: int, pairs) -> np.ndarray:
