@@ -3,6 +3,7 @@
 - `cost_profile.py`: the `CostProfile` arrays and their proto file format.
 - `analytical.py`: `analytical_profile`, grappler's analytical cost model on declared devices.
 - `measured.py`: `measured_profile`, traced runs on this machine's devices.
+- `loop_free.py`: a graph with while loops as a loop-free copy grappler can cost (analytical).
 - this file: `profile(op_graph, cluster, source)`, the front door (`tp.profile`), with an on-disk
   cache of analytical and measured profiles.
 

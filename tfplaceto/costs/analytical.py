@@ -26,8 +26,9 @@ keeps ~1 ns resolution for the many sub-microsecond ops of small models. The ste
 MeasureCosts also returns is not used: a profile is per op, and the simulator schedules ops itself.
 grappler costs every op once; an op in a while-loop body is charged its `op_graph.iterations`
 (trips of its loops) times that, so a profile holds seconds per step, as a measured one does.
-grappler's shape inference does not see through loops, so body ops are costed on standalone
-copies with their static input shapes (`loop_body.py`) in a second grappler item.
+grappler's shape inference does not see through loops, so in a graph with loops the ops are
+costed on a loop-free copy with the shapes TensorFlow's importer knows (`loop_free.py`), a
+second grappler item; loop control and TensorList ops keep the costs of the first.
 
 No grappler optimizer rewrites the graph that is costed (the item is built with the default
 ItemConfig, which applies none, and the virtual cluster's Run only schedules); constant folding
@@ -42,7 +43,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, as_cluster
-from tfplaceto.costs import loop_body
+from tfplaceto.costs import loop_free
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
 
@@ -97,17 +98,17 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
     # One grappler item serves every kind: on a one-device virtual cluster every node runs on
     # that device whatever its NodeDef.device says.
     item = _grappler_item(graph_def, op_graph.fetches)
-    body_item = None
-    if op_graph.has_loops:  # grappler cannot see the shapes inside loops: cost copies (loop_body.py)
-        body_graph_def, body_names = loop_body.loop_body_graph_def(op_graph)
-        if body_names:
-            body_item = _grappler_item(body_graph_def, body_names)
+    loop_free_item = None
+    if op_graph.has_loops:  # grappler cannot see shapes through loops: cost a copy (loop_free.py)
+        free_graph_def, free_names = loop_free.loop_free_graph_def(op_graph)
+        if free_names:
+            loop_free_item = _grappler_item(free_graph_def, free_names)
     for k, kind in enumerate(kinds):
         device = next(d for d in cluster.devices if d.kind == kind)
         costs = _grappler_op_costs(item, device)
-        if body_item is not None:
-            body_costs = _grappler_op_costs(body_item, device)
-            costs.update((name, body_costs[name]) for name in body_names if name in body_costs)
+        if loop_free_item is not None:
+            free_costs = _grappler_op_costs(loop_free_item, device)
+            costs.update((name, free_costs[name]) for name in free_names if name in free_costs)
         found = np.zeros(op_graph.num_ops, bool)
         for name, seconds in costs.items():
             i = index.get(name)

@@ -141,7 +141,7 @@ def analyze_loops(ops: Sequence, loop_iterations: LoopIterations = None) -> Loop
         warnings.warn(
             f"loop {name!r}: its iteration count is not known statically; assuming "
             f"{DEFAULT_LOOP_ITERATIONS} iterations per step. Give it with "
-            f"loop_iterations={{{name!r}: N}} (tp.import_graph) or --loop-iterations N",
+            f"tp.import_graph(..., loop_iterations={{{name!r}: N}})",
             stacklevel=3)
     frames = tuple(LoopFrame(n, parents[f], int(trips[f]), sources[f]) for f, n in enumerate(names))
     frame_iterations = np.ones(len(frames), np.int64)
@@ -309,7 +309,7 @@ def _cond_trips(loop_cond, frame, op_frame, index, ops, trips):
             if start is None or bound is None or parts[1] < 0:
                 return False
             step = parts[1]
-            count = max(1, math.ceil((bound + inclusive - start) / step))  # the body runs >= once as costed
+            count = max(1, math.ceil((bound + inclusive - start) / step))  # a 0-trip loop: costed once
             values.append((count, f"static: counter < {bound_tensor.op.name}"))
             return True
         return False
@@ -455,10 +455,11 @@ def _more_defined(new, old) -> bool:
     return sum(d is not None for d in new.as_list()) > sum(d is not None for d in old.as_list())
 
 
-def _list_element_shape(tensor):
-    """The static shape of a TensorList's elements (a tf.TensorShape), or None."""
-    import tensorflow as tf
-
+def _list_source(tensor, made: bool = False):
+    """Where a TensorList's elements come from, following it back through loops:
+    ("written", the element tensor a loop body pushes or sets), ("made", the op that made the
+    list: TensorListFromTensor, TensorListReserve, EmptyTensorList), or None. made=True skips
+    the writes and looks for the op that made the list (what its length comes from)."""
     for _ in range(64):
         op = tensor.op
         if op.type in _IDENTITY_OPS or op.type in ("Exit", "Switch", "Enter"):
@@ -467,23 +468,51 @@ def _list_element_shape(tensor):
             # What the body writes (pushed in a forward loop), else what enters the loop.
             back = next((t.op for t in op.inputs if t.op.type == "NextIteration"), None)
             written = _through_identities(back.inputs[0]).op if back is not None else None
-            if written is not None and written.type in _LIST_WRITES:
-                return written.inputs[-1].shape if written.inputs[-1].shape.rank is not None else None
+            if written is not None and written.type in _LIST_WRITES and not made:
+                return "written", written.inputs[-1]
             tensor = next((t for t in op.inputs if t.op.type == "Enter"), None)
             if tensor is None:
                 return None
         elif op.type in _LIST_WRITES or op.type == "TensorListPopBack":
             tensor = op.inputs[0]  # the list before: same elements
-        elif op.type == "TensorListFromTensor":
-            shape = op.inputs[0].shape
-            return shape[1:] if shape.rank else None
-        elif op.type in ("TensorListReserve", "EmptyTensorList"):
-            dims = static_value(op.inputs[0])
-            if dims is None or np.ndim(dims) != 1:
-                return None
-            return tf.TensorShape([int(d) if d >= 0 else None for d in dims])
+        elif op.type in ("TensorListFromTensor", "TensorListReserve", "EmptyTensorList"):
+            return "made", op
         else:
             return None
+    return None
+
+
+def _list_element_shape(tensor):
+    """The static shape of a TensorList's elements (a tf.TensorShape), or None."""
+    import tensorflow as tf
+
+    source = _list_source(tensor)
+    if source is None:
+        return None
+    kind, what = source
+    if kind == "written":
+        return what.shape if what.shape.rank is not None else None
+    if what.type == "TensorListFromTensor":
+        shape = what.inputs[0].shape
+        return shape[1:] if shape.rank else None
+    dims = static_value(what.inputs[0])
+    if dims is None or np.ndim(dims) != 1:
+        return None
+    return tf.TensorShape([int(d) if d >= 0 else None for d in dims])
+
+
+def _list_length(tensor) -> int | None:
+    """Static number of elements of a TensorList tensor made with a static length."""
+    source = _list_source(tensor, made=True)
+    if source is None:
+        return None
+    made = source[1]
+    if made.type == "TensorListReserve":
+        length = static_value(made.inputs[1])
+        return int(length) if length is not None and np.ndim(length) == 0 and length >= 0 else None
+    if made.type == "TensorListFromTensor":
+        dims = made.inputs[0].shape
+        return int(dims[0]) if dims.rank and dims[0] is not None else None
     return None
 
 
@@ -493,32 +522,11 @@ def _copy_graph_def(graph_def):
     return copy
 
 
-def _list_length(tensor) -> int | None:
-    """Static number of elements of a TensorList tensor, following it back through loops."""
-    for _ in range(64):
-        op = tensor.op
-        if op.type in _IDENTITY_OPS or op.type in ("Exit", "Switch", "Enter"):
-            tensor = op.inputs[0]
-        elif op.type == "Merge":  # the list entering the loop (the body keeps its length)
-            tensor = next((t for t in op.inputs if t.op.type == "Enter"), None)
-            if tensor is None:
-                return None
-        elif op.type == "TensorListReserve":
-            length = static_value(op.inputs[1])
-            return int(length) if length is not None and np.ndim(length) == 0 and length >= 0 else None
-        elif op.type == "TensorListFromTensor":
-            dims = op.inputs[0].shape
-            return int(dims[0]) if dims.rank and dims[0] is not None else None
-        else:
-            return None
-    return None
-
-
 def static_value(tensor):
     """The value of a small integer tensor computable from constants and static shapes, or None.
 
-    TensorFlow's `constant_value` first; else the ops the tensor depends on are copied into a
-    scratch graph, with Shape/Size/Rank of statically shaped tensors turned into constants, and
+    TensorFlow's `constant_value` first (an element popped from a TensorList: the value pushed);
+    else the ops the tensor depends on are copied into a scratch graph, with Shape/Size/Rank of statically shaped tensors turned into constants, and
     evaluated there (a loop bound is often `strided_slice(shape(x))` of a batch-filled input).
     """
     import tensorflow as tf
@@ -526,6 +534,10 @@ def static_value(tensor):
 
     if not tensor.dtype.is_integer:
         return None
+    if tensor.op.type == "TensorListPopBack" and tensor.value_index == 1:
+        # A gradient loop pops what its forward loop pushed (e.g. the Shape of an activation).
+        source = _list_source(tensor.op.inputs[0])
+        return static_value(source[1]) if source is not None and source[0] == "written" else None
     try:
         value = tensor_util.constant_value(tensor)
     except (TypeError, ValueError):
