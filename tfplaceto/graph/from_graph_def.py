@@ -343,6 +343,8 @@ def _tensor_iterations(ops, loop_info: loops.LoopInfo, tensor_producer, edge_ten
     """Times each tensor crosses its edges per step: every iteration of the frame its producer's
     outputs live in (an Enter's output: the loop's), but once when it only feeds Exits (the
     Switch output that leaves the loop carries a value on the last iteration only)."""
+    if not loop_info.frames:
+        return np.ones(len(tensor_producer), np.int64)
     tensor_producer = np.asarray(tensor_producer, np.int64)
     produced = np.array([loop_info.output_iterations(int(p)) for p in tensor_producer], np.int64)
     if not len(produced):

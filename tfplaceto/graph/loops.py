@@ -107,6 +107,10 @@ def analyze_loops(ops: Sequence, loop_iterations: LoopIterations = None) -> Loop
     Raises InvalidGraphError for a loop_iterations value that is not a positive int or names no
     loop of the graph.
     """
+    if not any(op.type in ("Enter", "RefEnter") for op in ops):  # the common case: no loops
+        _check_loop_iterations(loop_iterations, ())
+        none = np.full(len(ops), ROOT, np.int32)
+        return LoopInfo((), none, none, np.ones(len(ops), np.int64), np.ones(0, np.int64))
     index = {op.name: i for i, op in enumerate(ops)}
     op_frame, output_frame, names, parents = _frames(ops, index)
     given = _check_loop_iterations(loop_iterations, names)
