@@ -312,8 +312,9 @@ def _nmt_loop(num_layers: int):
     unrolled): the same mathematics and weights, 40 iterations of each loop per step.
 
     Estimate 6.0 GB: nmt_2l's 13.3 GB without the unrolled per-step weight gradients (a loop
-    accumulates its weight gradient in place). 4.7k ops, 10 loops (5 LSTMs, a gradient loop
-    each), all with static trip counts.
+    accumulates its weight gradient in place); the simulated single-device peak of the grouped
+    graph is 14.7 GB on a V100 (nmt_2l's: 24.0 GB), transient backward tensors included.
+    4.7k ops, 10 loops (5 LSTMs, a gradient loop each), all with static trip counts.
     """
     return functools.partial(_gnmt, f"nmt_{num_layers}l_loop", num_layers, unroll=False)
 
@@ -521,8 +522,9 @@ MODELS: dict[str, BuiltinModel] = dict([
            "32k vocab, 40 steps unrolled (Adam), batch 128; ~13.3 GB: over one K80, fits 2",
            _nmt(2), 128),
     _entry("nmt_2l_loop", "nmt_2l with Keras' default LSTMs: while loops over the 40 steps "
-           "(forward and gradient), not unrolled; same weights and batch 128; ~6.0 GB (no "
-           "per-step weight gradients held): fits one K80", _nmt_loop(2), 128),
+           "(forward and gradient), not unrolled; same weights and batch 128; ~6.0 GB by the "
+           "estimate (no per-step weight gradients held; simulated peaks are higher)",
+           _nmt_loop(2), 128),
     _entry("nmt_4l", "GNMT-style NMT, 4+4 LSTM layers of 1024 (first bidirectional, residual from "
            "3), attention, 32k vocab, 40 steps unrolled (Adam), batch 128; ~20.3 GB: needs 2 "
            "K80s", _nmt(4), 128),
