@@ -5,6 +5,8 @@ gradient loop. The unrolled and the loop forms of one model compute the same thi
 simulated single-GPU step times must be close (before trip counts: 3x apart at 8 steps).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -36,14 +38,16 @@ def lstm_graphs():
 
 
 def _loop_graph(steps=10, width=64, bound=None, **import_args):
-    """tf.while_loop of `steps` iterations of h = tanh(h @ w) (a data-dependent bound if
-    bound="data") as a ConcreteFunction."""
+    """tf.while_loop of `steps` iterations of h = tanh(h @ w) as a ConcreteFunction; with
+    bound="data" the bound (6) is computed from the input, so it is not static."""
     w = tf.Variable(tf.random.normal([width, width]) * 0.1)
 
     @tf.function(input_signature=[tf.TensorSpec([8, width], tf.float32)])
     def run(x):
         def cond(i, h):
-            return tf.reduce_mean(h) < 100.0 if bound == "data" else i < steps
+            if bound == "data":
+                return i < tf.cast(tf.reduce_sum(x) * 0.0, tf.int32) + 6
+            return i < steps
 
         return tf.while_loop(cond, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w))), [0, x])[1]
 
@@ -149,6 +153,18 @@ def test_unknown_trip_count_warns_and_can_be_given():
         _loop_graph(bound="data", loop_iterations=0)
 
 
+def test_measured_profile_reports_the_trips_it_saw():
+    with pytest.warns(UserWarning, match="loop_iterations="):
+        graph = _loop_graph(bound="data")
+    with pytest.warns(UserWarning, match="ran 6 iterations .* assumes 10"):
+        tp.profile(graph, tp.Cluster.local(cpus=1), source="measured", use_cache=False)
+    given = _loop_graph(bound="data", loop_iterations=6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tp.profile(given, tp.Cluster.local(cpus=1), source="measured", use_cache=False)
+    assert not [w for w in caught if "iterations in the measured step" in str(w.message)]
+
+
 def test_grouping_keeps_a_frames_control_together_and_its_body_free(lstm_graphs):
     graph = lstm_graphs[False]
     grouping = tp.group(graph, max_groups=128)
@@ -165,3 +181,6 @@ def test_grouping_keeps_a_frames_control_together_and_its_body_free(lstm_graphs)
     body = [i for i, t in enumerate(graph.types) if t == "MatMul" and graph.iterations[i] > 1]
     assert set(grouping.op_to_group[body].tolist()) - tied_groups
     assert grouping.graph.tensor_iterations.max() == STEPS
+    # Groups wholly inside one loop say which; the op graph's frames are the loops'.
+    assert set(graph.frame[body].tolist()) <= set(range(len(graph.loops)))
+    assert (grouping.graph.frame[grouping.op_to_group[body]] >= 0).any()

@@ -319,7 +319,7 @@ def _build(graph, graph_def, fetches, variable_values, loop_iterations) -> OpGra
         edge_consumer, control_senders, control_receivers, output_bytes, persistent, colocation_ids,
         kernels, graph_def=graph_def, fetches=fetches, variable_values=values,
         iterations=loop_info.op_iterations, tensor_iterations=tensor_iterations,
-        loops=loop_info.frames)
+        loops=loop_info.frames, frame=loop_info.op_frame)
 
 
 _EXIT_OPS = frozenset({"Exit", "RefExit"})

@@ -499,13 +499,17 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     # a tensor crossing groups keeps its per-step crossings.
     iterations = np.ones(g, np.int64)
     np.maximum.at(iterations, op_to_group, op_graph.iterations)
+    lowest, highest = np.full(g, np.iinfo(np.int32).max), np.full(g, -1)
+    np.minimum.at(lowest, op_to_group, op_graph.frame)
+    np.maximum.at(highest, op_to_group, op_graph.frame)
+    frame = np.where(lowest == highest, highest, -1)  # a group within one frame keeps it
 
     names = _group_names(op_graph, op_to_group, g)
     return make_op_graph(names, ["Group"] * g, tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                          control[:, 0], control[:, 1], (leaving + scratch).astype(np.int64),
                          persistent.astype(np.int64), colocation, kernels, iterations=iterations,
                          tensor_iterations=op_graph.tensor_iterations[used_tensors],
-                         loops=op_graph.loops)
+                         loops=op_graph.loops, frame=frame)
 
 
 def _group_names(op_graph: OpGraph, op_to_group: np.ndarray, g: int) -> list[str]:

@@ -26,6 +26,8 @@ Fields (N nodes, T tensors, E data edges, C control edges):
   tensor_iterations (T,) int64 times each tensor crosses its edges per step (a body's tensors
                              move every iteration; a tensor entering or leaving a loop once).
   loops        the LoopFrames of the graph (name, parent, trips, source), () without loops.
+  frame        (N,) int32    the loop frame (index into `loops`) each node runs in, -1 outside
+                             loops (and for a group whose ops are not all in one frame).
 
 `senders`/`receivers` give the edges as node pairs (what a graph_nets GraphsTuple wants).
 """
@@ -66,6 +68,7 @@ class OpGraph:
     iterations: np.ndarray | None = None
     tensor_iterations: np.ndarray | None = None
     loops: tuple = ()
+    frame: np.ndarray | None = None
 
     def __post_init__(self):
         # Graphs without loops run every node and move every tensor once.
@@ -73,6 +76,8 @@ class OpGraph:
             object.__setattr__(self, "iterations", np.ones(len(self.names), np.int64))
         if self.tensor_iterations is None:
             object.__setattr__(self, "tensor_iterations", np.ones(len(self.tensor_producer), np.int64))
+        if self.frame is None:
+            object.__setattr__(self, "frame", np.full(len(self.names), -1, np.int32))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, np.ndarray):
@@ -151,7 +156,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
                   output_bytes=None, persistent_bytes=None, colocation=None, kernels=None,
                   graph_def=None, fetches: Sequence[str] = (),
                   variable_values: Mapping[str, np.ndarray] | None = None,
-                  iterations=None, tensor_iterations=None, loops: Sequence = ()) -> OpGraph:
+                  iterations=None, tensor_iterations=None, loops: Sequence = (),
+                  frame=None) -> OpGraph:
     """Builds an OpGraph from plain sequences, filling defaults and checking it is a DAG.
 
     Defaults: output_bytes = sum of the node's tensor bytes, no persistent memory, every node its
@@ -196,7 +202,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
     return OpGraph(tuple(names), tuple(types), tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                    control_senders, control_receivers, output_bytes, persistent_bytes, colocation,
                    kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}),
-                   iterations, tensor_iterations, tuple(loops))
+                   iterations, tensor_iterations, tuple(loops),
+                   None if frame is None else np.asarray(frame, np.int32))
 
 
 def _counts(values, n: int, label: str) -> np.ndarray:
