@@ -324,9 +324,9 @@ def _build(graph, graph_def, fetches, variable_values, loop_iterations) -> OpGra
 
 _EXIT_OPS = frozenset({"Exit", "RefExit"})
 _LIST_PASSING_OPS = frozenset({"Identity", "NextIteration", "Merge", "Switch"})
-# The ops that drive a loop's iterations. TensorFlow's lowering of a While op puts them all on the
-# While op's device; keeping them on one device also keeps grouping from splitting a frame's
-# control across devices (its body's compute ops stay free to go anywhere).
+# The ops that drive a loop's iterations, colocated per frame: the control of a frame then runs
+# on one device (no transfers of its own every iteration), and grouping ties the groups holding
+# it, while the body's compute ops stay free to go anywhere.
 _LOOP_CONTROL_OPS = frozenset({"LoopCond", "Merge", "RefMerge", "Switch", "RefSwitch",
                                "NextIteration", "RefNextIteration", "Exit", "RefExit"})
 
