@@ -32,7 +32,7 @@ CACHE_ENV = "TFPLACETO_CACHE_DIR"
 _CACHE_VERSION = 1
 # The same for graphs with while loops only (their costing has its own steps, loop_free.py), so
 # a change there does not throw away every cached profile of loop-free graphs.
-_LOOP_CACHE_VERSION = 1
+_LOOP_CACHE_VERSION = 2
 
 
 def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike = "analytical",

@@ -55,10 +55,10 @@ def loop_free_graph_def(op_graph: OpGraph):
             continue
         inputs = []
         for t in op.inputs:
-            if t.op.name in body:
+            key = f"{_PREFIX}/{t.op.name}/{t.value_index}"
+            if t.op.name in body and key not in boundary and not _static_integer(t):
                 inputs.append(f"{t.op.name}:{t.value_index}")
                 continue
-            key = f"{_PREFIX}/{t.op.name}/{t.value_index}"
             if key not in boundary:
                 boundary[key] = _input_node(key, t)
             inputs.append(key)
@@ -73,6 +73,18 @@ def loop_free_graph_def(op_graph: OpGraph):
         names.append(op.name)
     result.node.extend(boundary.values())
     return result, names
+
+
+def _static_integer(tensor) -> bool:
+    """Whether tensor is a small integer computed in the graph whose value is static: such
+    inputs (a Tensordot's permutation and shapes, computed from Shape ops) become constants,
+    since grappler's shape inference loses them after a loop and then a [5120, 1024] x
+    [1024, 32000] MatMul reads as [?, 1024] x [1024, 32000]."""
+    if not tensor.dtype.is_integer or tensor.op.type == "Const" or not tensor.shape.is_fully_defined():
+        return False
+    if tensor.shape.num_elements() > _MAX_CONST_ELEMENTS:
+        return False
+    return static_value(tensor) is not None
 
 
 def _costable(op) -> bool:
