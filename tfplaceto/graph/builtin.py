@@ -313,7 +313,7 @@ def _nmt_loop(num_layers: int):
 
     Estimate 6.0 GB: nmt_2l's 13.3 GB without the unrolled per-step weight gradients (a loop
     accumulates its weight gradient in place); the simulated single-device peak of the grouped
-    graph is 14.7 GB on a V100 (nmt_2l's: 24.0 GB), transient backward tensors included.
+    graph is 16.7 GB on a V100 (nmt_2l's: 24.0 GB), transient backward tensors included.
     4.7k ops, 10 loops (5 LSTMs, a gradient loop each), all with static trip counts.
     """
     return functools.partial(_gnmt, f"nmt_{num_layers}l_loop", num_layers, unroll=False)
