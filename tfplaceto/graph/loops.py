@@ -305,7 +305,9 @@ def _cond_trips(loop_cond, frame, op_frame, index, ops, trips):
             if bound_merge is not None:
                 bound_tensor = _invariant(bound_merge)
             else:  # read directly: a constant Enter's outer value, or a constant in the frame
-                bound_tensor = _outer(bound_side) or _through_identities(bound_side)
+                bound_tensor = _outer(bound_side)
+                if bound_tensor is None:
+                    bound_tensor = _through_identities(bound_side)
             if parts is None or bound_tensor is None:
                 return False
             start = _value(parts[0], op_frame, index, ops, trips)
