@@ -134,7 +134,9 @@ def reference_simulate(graph: OpGraph, cluster: Cluster, compute: np.ndarray, de
                 _, t, _ = heapq.heappop(link_queue[(a, b)])
                 link_free[(a, b)] = False
                 nbytes = int(graph.tensor_bytes[t])
-                finish = now + cluster.latency[a, b] + nbytes / cluster.bandwidth[a, b]
+                # A loop body's tensor crosses once per iteration.
+                trips = float(graph.tensor_iterations[t])
+                finish = now + trips * (cluster.latency[a, b] + nbytes / cluster.bandwidth[a, b])
                 transfers[(t, b)] = (a, now, finish)
                 allocate(b, nbytes)
                 heapq.heappush(running, (finish, 1, (t, b)))
@@ -199,7 +201,9 @@ def problems(draw, max_nodes: int = 14, max_devices: int = 4):
     graph = make_op_graph(
         [f"op{i}" for i in range(n)], ["Op"] * n, tensor_producer, tensor_bytes, edge_tensor,
         edge_consumer, [a for a, _ in control], [b for _, b in control],
-        persistent_bytes=draw(st.lists(st.sampled_from([0, 100, 1000]), min_size=n, max_size=n)))
+        persistent_bytes=draw(st.lists(st.sampled_from([0, 100, 1000]), min_size=n, max_size=n)),
+        tensor_iterations=draw(st.lists(st.sampled_from([1, 1, 2, 3]), min_size=len(tensor_producer),
+                                        max_size=len(tensor_producer))))
     num_devices = draw(st.integers(1, max_devices))
     streams = draw(st.lists(st.integers(1, 3), min_size=num_devices, max_size=num_devices))
     cluster = make_cluster(num_devices, streams, bandwidth=draw(st.sampled_from([256.0, 1024.0])),
@@ -227,7 +231,8 @@ def test_kernel_matches_reference(problem):
     assert made == transfers
     assert [result.peak_memory_bytes[gpu(d)] for d in range(cluster.num_devices)] == peak
     assert result.step_time_s == max(end)
-    assert result.transfer_bytes == sum(int(graph.tensor_bytes[t]) for t, _ in transfers)
+    assert result.transfer_bytes == sum(int(graph.tensor_bytes[t] * graph.tensor_iterations[t])
+                                        for t, _ in transfers)
 
 
 @SETTINGS

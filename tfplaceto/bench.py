@@ -27,7 +27,7 @@ from tfplaceto.place import place_problem
 from tfplaceto.problem import make_problem
 from tfplaceto.sim import lower_bound
 
-DEFAULT_GRAPHS = ("inception_v3", "nmt_4l", "nasnet")
+DEFAULT_GRAPHS = ("inception_v3", "nmt_4l", "nmt_2l_loop", "nasnet")
 DEFAULT_CLUSTERS = ("2xK80", "4xK80", "4xV100", "8xV100")
 DEFAULT_METHODS = ("single", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
                    "local_search")

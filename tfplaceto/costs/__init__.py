@@ -3,6 +3,7 @@
 - `cost_profile.py`: the `CostProfile` arrays and their proto file format.
 - `analytical.py`: `analytical_profile`, grappler's analytical cost model on declared devices.
 - `measured.py`: `measured_profile`, traced runs on this machine's devices.
+- `loop_free.py`: a graph with while loops as a loop-free copy grappler can cost (analytical).
 - this file: `profile(op_graph, cluster, source)`, the front door (`tp.profile`), with an on-disk
   cache of analytical and measured profiles.
 
@@ -29,6 +30,9 @@ SOURCES = ("analytical", "measured")
 CACHE_ENV = "TFPLACETO_CACHE_DIR"
 # Bumped whenever a change to the cost models would make cached profiles wrong.
 _CACHE_VERSION = 1
+# The same for graphs with while loops only (their costing has its own steps, loop_free.py), so
+# a change there does not throw away every cached profile of loop-free graphs.
+_LOOP_CACHE_VERSION = 2
 
 
 def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike = "analytical",
@@ -105,7 +109,8 @@ def default_cache_dir() -> str:
 def _cache_path(op_graph: OpGraph, cluster: Cluster, source: str,
                 cache_dir: str | os.PathLike | None) -> str:
     directory = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
-    name = f"{op_graph.fingerprint()}-{cluster.fingerprint()}-{source}-v{_CACHE_VERSION}.pb"
+    loops = f"-loops{_LOOP_CACHE_VERSION}" if op_graph.has_loops else ""
+    name = f"{op_graph.fingerprint()}-{cluster.fingerprint()}-{source}-v{_CACHE_VERSION}{loops}.pb"
     return os.path.join(directory, name)
 
 

@@ -24,6 +24,11 @@ whole microseconds, so compute_cost is a multiple of 1000 ns: the device is cost
 (`dilated`: clock and bandwidth divided by the clock in MHz) and the times divided back, which
 keeps ~1 ns resolution for the many sub-microsecond ops of small models. The step time
 MeasureCosts also returns is not used: a profile is per op, and the simulator schedules ops itself.
+grappler costs every op once; an op in a while-loop body is charged its `op_graph.iterations`
+(trips of its loops) times that, so a profile holds seconds per step, as a measured one does.
+grappler's shape inference does not see through loops, so in a graph with loops the ops are
+costed on a loop-free copy with the shapes TensorFlow's importer knows (`loop_free.py`), a
+second grappler item; loop control and TensorList ops keep the costs of the first.
 
 No grappler optimizer rewrites the graph that is costed (the item is built with the default
 ItemConfig, which applies none, and the virtual cluster's Run only schedules); constant folding
@@ -38,6 +43,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, as_cluster
+from tfplaceto.costs import loop_free
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
 
@@ -92,9 +98,17 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
     # One grappler item serves every kind: on a one-device virtual cluster every node runs on
     # that device whatever its NodeDef.device says.
     item = _grappler_item(graph_def, op_graph.fetches)
+    loop_free_item = None
+    if op_graph.has_loops:  # grappler cannot see shapes through loops: cost a copy (loop_free.py)
+        free_graph_def, free_names = loop_free.loop_free_graph_def(op_graph)
+        if free_names:
+            loop_free_item = _grappler_item(free_graph_def, free_names)
     for k, kind in enumerate(kinds):
         device = next(d for d in cluster.devices if d.kind == kind)
         costs = _grappler_op_costs(item, device)
+        if loop_free_item is not None:
+            free_costs = _grappler_op_costs(loop_free_item, device)
+            costs.update((name, free_costs[name]) for name in free_names if name in free_costs)
         found = np.zeros(op_graph.num_ops, bool)
         for name, seconds in costs.items():
             i = index.get(name)
@@ -107,6 +121,10 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
     source = "analytical"
     if estimated.any():
         source += f" ({int(estimated.sum())} ops estimated)"
+    if op_graph.has_loops:
+        # grappler costs each op once; a loop body runs once per iteration (graph/loops.py).
+        compute *= op_graph.iterations[:, None]
+        source += f" x loop iterations ({len(op_graph.loops)} loops)"
     return CostProfile(tuple(op_graph.names), kinds, compute, source, op_graph.fingerprint())
 
 

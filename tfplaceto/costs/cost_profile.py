@@ -1,6 +1,7 @@
 """`CostProfile`: compute seconds of every op on every device kind of a cluster.
 
-A CostProfile is an (ops x device kinds) array aligned with an OpGraph's nodes. Device kinds
+A CostProfile is an (ops x device kinds) array aligned with an OpGraph's nodes: seconds per
+step, so an op in a while-loop body counts all its iterations. Device kinds
 are `Device.kind` strings ("GPU:V100", "CPU:host"); `per_device(cluster)` expands the columns to
 one per device of the cluster, which is what the simulator and placers use. `grouped` sums the
 costs of the ops of each group. On disk it is the `tfplaceto.CostProfile` proto.

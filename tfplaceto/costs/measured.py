@@ -13,6 +13,8 @@ Map of the file:
   _initialize          variables: known values (sources.initialize_variables), else random ones.
   _random_feeds        a value of the right shape and dtype for every placeholder.
   op_seconds          per node seconds of one traced step.
+  op_executions, check_loop_trips  executions per node; each top-level loop's measured trips
+                      against the graph's (a warning when they differ).
 
 Measurement choices (each keeps an op's measured time its own):
 - grappler and the classic graph optimizer are off, so no op is folded, fused or renamed
@@ -95,6 +97,8 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
                 for r in range(runs):
                     metadata = tf.compat.v1.RunMetadata()
                     session.run(fetches, feed_dict=feeds, options=options, run_metadata=metadata)
+                    if r == 0 and k == 0 and op_graph.loops:
+                        check_loop_trips(op_graph, op_executions(metadata.step_stats))
                     for name, seconds in op_seconds(metadata.step_stats).items():
                         i = index.get(name)
                         if i is not None:
@@ -243,6 +247,44 @@ def op_seconds(step_stats) -> dict[str, float]:
         for name, seconds in times.items():
             result[name] = result.get(name, 0.0) + seconds
     return result
+
+
+def op_executions(step_stats) -> dict[str, int]:
+    """How many times each node ran in one traced step (on compute devices, not streams)."""
+    counts: dict[str, int] = {}
+    for device_stats in step_stats.dev_stats:
+        if not _COMPUTE_DEVICE.search(device_stats.device):
+            continue
+        for node in device_stats.node_stats:
+            name = node.node_name.split(":")[0]
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def check_loop_trips(op_graph: OpGraph, executions: dict[str, int]) -> dict[str, int]:
+    """Trips of each top-level loop in a measured step; warns where the graph assumed others.
+
+    A LoopCond runs once per iteration and once more to end the loop, so a top-level frame ran
+    (executions - 1) iterations. Measured costs count every execution whatever the trips, but
+    transfers and memory use the graph's: a mismatch is worth re-importing for (named with the
+    `loop_iterations=` that fixes it). Returns frame name -> measured trips.
+    """
+    import warnings
+
+    measured = {}
+    for i in np.flatnonzero(np.asarray(op_graph.types) == "LoopCond"):
+        frame = int(op_graph.frame[i])
+        if frame < 0 or op_graph.loops[frame].parent >= 0 or op_graph.names[i] not in executions:
+            continue
+        loop = op_graph.loops[frame]
+        measured[loop.name] = trips = executions[op_graph.names[i]] - 1
+        if trips != loop.trips:
+            warnings.warn(
+                f"loop {loop.name!r} ran {trips} iterations in the measured step; the graph "
+                f"assumes {loop.trips} ({loop.source}): re-import it with "
+                f"loop_iterations={{{loop.name!r}: {trips}}} for its transfers and memory",
+                stacklevel=3)
+    return measured
 
 
 def _device_key(device: str) -> str:

@@ -4,6 +4,7 @@
 - `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
   SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined.
 - `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory).
+- `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step).
 - `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups.
 - `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
 """
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from tfplaceto import checks
 from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
+from tfplaceto.graph.loops import LoopFrame, LoopIterations
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
 
 BUILTIN_PREFIX = "builtin:"
@@ -26,7 +28,7 @@ def check_batch_size(batch_size) -> None:
 
 
 def import_graph(source, fetches: Sequence[str] | str | None = None,
-                 batch_size: int | None = None) -> OpGraph:
+                 batch_size: int | None = None, loop_iterations: LoopIterations = None) -> OpGraph:
     """Imports a TensorFlow computation as an OpGraph.
 
     Args:
@@ -35,6 +37,9 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
         path, or "builtin:NAME" (see `tfplaceto models`).
       fetches: op or tensor names the step computes; default: the source's outputs or sinks.
       batch_size: fills unknown batch dimensions (built-in graphs have their own default).
+      loop_iterations: iterations of while loops (Keras LSTM/GRU, tf.while_loop) whose count is
+        not static: an int for every such loop, or a dict loop frame name -> iterations (the
+        names are in `op_graph.loop_report()` and in the warning for an assumed count).
 
     Raises:
       InvalidGraphError: the source cannot be read, has unknown sizes, a cycle or a bad fetch.
@@ -49,7 +54,8 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     check_batch_size(batch_size)
     loaded = sources.load_source(source, fetches=fetches)
     return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
-                                   loaded.variable_values, output_fetches=_output_fetches(fetches))
+                                   loaded.variable_values, output_fetches=_output_fetches(fetches),
+                                   loop_iterations=loop_iterations)
 
 
 def _output_fetches(fetches) -> tuple[tuple[str, int], ...]:
@@ -67,5 +73,5 @@ def _output_fetches(fetches) -> tuple[tuple[str, int], ...]:
     return tuple(result)
 
 
-__all__ = ["DEFAULT_MAX_GROUPS", "DEVICE_TYPES", "Grouping", "OpGraph", "group", "import_graph",
+__all__ = ["DEFAULT_MAX_GROUPS", "DEVICE_TYPES", "Grouping", "LoopFrame", "OpGraph", "group", "import_graph",
            "make_op_graph", "op_graph_from_graph_def"]

@@ -236,7 +236,7 @@ def _nasnet_mobile():
 
 
 def _gnmt(name: str, num_layers: int, units: int = 1024, vocab: int = 32000, steps: int = 40,
-          attention: bool = True, optimizer=None):
+          attention: bool = True, optimizer=None, unroll: bool = True):
     """A GNMT-style encoder-decoder training model, unrolled over `steps` time steps.
 
     Encoder: embedding, `encoder_lstm_1` bidirectional, `encoder_lstm_2..N` unidirectional,
@@ -247,6 +247,8 @@ def _gnmt(name: str, num_layers: int, units: int = 1024, vocab: int = 32000, ste
     top encoder outputs; [output, context] -> tanh projection -> `softmax` over the vocabulary.
     Every LSTM is unrolled (`unroll=True`): the graph has one set of ops per time step and no
     While loop, which is what a placer needs to spread a layer's steps or pipeline layers.
+    With unroll=False each LSTM is Keras' default: a while loop over the steps (and one more for
+    its gradient), the form most Keras users train; `nmt_2l_loop` is nmt_2l in that form.
     Weights start uniform in [-0.1, 0.1] as in GNMT, seeded per weight so values are reproducible
     too (and Keras's default orthogonal recurrent init, a QR per LSTM, would dominate build time).
     """
@@ -258,7 +260,7 @@ def _gnmt(name: str, num_layers: int, units: int = 1024, vocab: int = 32000, ste
         return keras.initializers.RandomUniform(-0.1, 0.1, seed=next(seeds))
 
     def lstm(layer_name: str, return_state: bool):
-        return layers.LSTM(units, return_sequences=True, return_state=return_state, unroll=True,
+        return layers.LSTM(units, return_sequences=True, return_state=return_state, unroll=unroll,
                            kernel_initializer=uniform(), recurrent_initializer=uniform(),
                            name=layer_name)
 
@@ -303,6 +305,18 @@ def _nmt(num_layers: int):
     shrink with the batch, so a smaller batch would not make them fit one K80 either.
     """
     return functools.partial(_gnmt, f"nmt_{num_layers}l", num_layers)
+
+
+def _nmt_loop(num_layers: int):
+    """nmt_2l_loop: `_nmt(num_layers)`'s model with Keras' default LSTMs (while loops, not
+    unrolled): the same mathematics and weights, 40 iterations of each loop per step.
+
+    Estimate 6.0 GB: nmt_2l's 13.3 GB without the unrolled per-step weight gradients (a loop
+    accumulates its weight gradient in place); the simulated single-device peak of the grouped
+    graph is 16.7 GB on a V100 (nmt_2l's: 24.0 GB), transient backward tensors included.
+    4.7k ops, 10 loops (5 LSTMs, a gradient loop each), all with static trip counts.
+    """
+    return functools.partial(_gnmt, f"nmt_{num_layers}l_loop", num_layers, unroll=False)
 
 
 # -- graph families ---------------------------------------------------------------------------------
@@ -507,6 +521,10 @@ MODELS: dict[str, BuiltinModel] = dict([
     _entry("nmt_2l", "GNMT-style NMT, 2+2 LSTM layers of 1024 (first bidirectional), attention, "
            "32k vocab, 40 steps unrolled (Adam), batch 128; ~13.3 GB: over one K80, fits 2",
            _nmt(2), 128),
+    _entry("nmt_2l_loop", "nmt_2l with Keras' default LSTMs: while loops over the 40 steps "
+           "(forward and gradient), not unrolled; same weights and batch 128; ~6.0 GB by the "
+           "estimate (no per-step weight gradients held; simulated peaks are higher)",
+           _nmt_loop(2), 128),
     _entry("nmt_4l", "GNMT-style NMT, 4+4 LSTM layers of 1024 (first bidirectional, residual from "
            "3), attention, 32k vocab, 40 steps unrolled (Adam), batch 128; ~20.3 GB: needs 2 "
            "K80s", _nmt(4), 128),

@@ -5,6 +5,12 @@
   own shape inference (import into a tf.Graph) gives every output its static shape and bytes;
 - edges: one per (tensor, consumer) pair; control inputs become control edges; the back edges of
   TF1 while loops (NextIteration -> Merge) are dropped so the result is a DAG;
+- loops: each op's loop frame and the frame's trip count (`tfplaceto.graph.loops`) give how many
+  times each op runs and each tensor moves per step (`iterations`, `tensor_iterations`); a
+  TensorList accumulated for the gradient leaves its loop holding one element per iteration;
+  shapes TensorFlow's shape inference cannot see through a loop (loop variables, TensorList
+  elements and lengths) are written into the GraphDef (`loops.with_loop_shapes`), so the sizes
+  in a loop body and after a recurrent layer are known;
 - pruning: only the ops the fetches depend on are kept (as a Session would run them);
 - memory: variables (VarHandleOp, VariableV2, optimizer slots alike) and constants are persistent;
 - colocation: `_class: loc:@x` attributes, and resource/reference edges (a variable and the ops
@@ -22,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.graph import loops
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
 # Ops that take a resource input without TensorFlow colocating them with the resource.
@@ -46,7 +53,8 @@ def parse_input(name: str) -> tuple[str, int, bool]:
 def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
                             batch_size: int | None = None,
                             variable_values: Mapping[str, np.ndarray] | None = None,
-                            output_fetches: Sequence[tuple[str, int]] = ()) -> OpGraph:
+                            output_fetches: Sequence[tuple[str, int]] = (),
+                            loop_iterations: loops.LoopIterations = None) -> OpGraph:
     """The OpGraph of a self-contained GraphDef (function calls inlined, variables as nodes).
 
     Args:
@@ -56,9 +64,12 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
       variable_values: known values of variables, carried along for measurement.
       output_fetches: (op name, output index) of fetches named as tensors: the op must have
         that output.
+      loop_iterations: trips of while loops whose count is not static: an int for all, or a
+        dict loop frame name -> trips (see `tfplaceto.graph.loops`).
 
     Raises:
-      InvalidGraphError: empty graph, unknown fetch, unknown shapes with no batch_size, cycles.
+      InvalidGraphError: empty graph, unknown fetch, unknown shapes with no batch_size, cycles,
+        a bad loop_iterations.
     """
     import tensorflow as tf
 
@@ -76,19 +87,28 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
     pruned.library.CopyFrom(graph_def.library)
     pruned.node.extend(n for n in graph_def.node if n.name in keep)
 
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(pruned, name="")
-    except (ValueError, TypeError, tf.errors.OpError) as e:
-        raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {errors.first_line(e)}") from None
+    graph = _import(pruned)
     for name, index in output_fetches:
         outputs = len(graph.get_operation_by_name(name).outputs) if name in keep else index + 1
         if index >= outputs:
             raise errors.InvalidGraphError(
                 f"fetch '{name}:{index}': op {name!r} has {outputs} output(s), so it has no output "
                 f"{index}; fetch the op by its name {name!r}")
-    return _build(graph, pruned, fetch_ops, variable_values)
+    if any(node.op in ("Enter", "RefEnter") for node in pruned.node):
+        pruned, graph = loops.with_loop_shapes(pruned, graph, _import)
+    return _build(graph, pruned, fetch_ops, variable_values, loop_iterations)
+
+
+def _import(graph_def):
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+        raise errors.InvalidGraphError(f"TensorFlow cannot import the graph: {errors.first_line(e)}") from None
+    return graph
 
 
 def _fill_batch_dims(graph_def, batch_size: int | None):
@@ -233,10 +253,11 @@ def _satisfies(node_def, constraint) -> bool:
     return True
 
 
-def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
+def _build(graph, graph_def, fetches, variable_values, loop_iterations) -> OpGraph:
     import tensorflow as tf
 
     ops = graph.get_operations()
+    loop_info = loops.analyze_loops(ops, loop_iterations)
     index = {op.name: i for i, op in enumerate(ops)}
     node_defs = {n.name: n for n in graph_def.node}
     n = len(ops)
@@ -282,11 +303,13 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
             target = value.decode()
             if target.startswith("loc:@") and target[5:] in index:
                 colocated.append((i, index[target[5:]]))
+    list_readers = _accumulator_bytes(ops, index, loop_info, out_bytes_of, output_bytes)
+    colocated.extend(_loop_control_pairs(ops, loop_info))
 
     for i, op in enumerate(ops):
         node = node_defs[op.name]
         seen = set()
-        for t in op.inputs:
+        for t in list(op.inputs) + list_readers.get(i, []):
             p = index[t.op.name]
             if t.op.type in _BACK_EDGE_OPS:
                 continue  # TF1 while loop back edge: ordering within an iteration only
@@ -309,10 +332,102 @@ def _build(graph, graph_def, fetches, variable_values) -> OpGraph:
 
     colocation_ids = joined_classes(n, colocated)
     values = dict(variable_values or {})
+    tensor_iterations = _tensor_iterations(ops, loop_info, tensor_producer, edge_tensor, edge_consumer)
     return make_op_graph(
         [op.name for op in ops], [op.type for op in ops], tensor_producer, tensor_bytes, edge_tensor,
         edge_consumer, control_senders, control_receivers, output_bytes, persistent, colocation_ids,
-        kernels, graph_def=graph_def, fetches=fetches, variable_values=values, unknown_shapes=unknown_shapes)
+        kernels, graph_def=graph_def, fetches=fetches, variable_values=values, unknown_shapes=unknown_shapes,
+        iterations=loop_info.op_iterations, tensor_iterations=tensor_iterations,
+        loops=loop_info.frames, frame=loop_info.op_frame)
+
+
+_EXIT_OPS = frozenset({"Exit", "RefExit"})
+_LIST_PASSING_OPS = frozenset({"Identity", "NextIteration", "Merge", "Switch"})
+# The ops that drive a loop's iterations, colocated per frame: the control of a frame then runs
+# on one device (no transfers of its own every iteration), and grouping ties the groups holding
+# it, while the body's compute ops stay free to go anywhere.
+_LOOP_CONTROL_OPS = frozenset({"LoopCond", "Merge", "RefMerge", "Switch", "RefSwitch",
+                               "NextIteration", "RefNextIteration", "Exit", "RefExit"})
+
+
+def _loop_control_pairs(ops, loop_info: loops.LoopInfo) -> list[tuple[int, int]]:
+    """(op, op) pairs colocating the control ops of each loop frame with its LoopCond."""
+    cond = {int(loop_info.op_frame[i]): i for i, op in enumerate(ops) if op.type == "LoopCond"}
+    return [(i, cond[int(loop_info.op_frame[i])]) for i, op in enumerate(ops)
+            if op.type in _LOOP_CONTROL_OPS and int(loop_info.op_frame[i]) in cond]
+
+
+def _tensor_iterations(ops, loop_info: loops.LoopInfo, tensor_producer, edge_tensor,
+                       edge_consumer) -> np.ndarray:
+    """Times each tensor crosses its edges per step: every iteration of the frame its producer's
+    outputs live in (an Enter's output: the loop's), but once when it only feeds Exits (the
+    Switch output that leaves the loop carries a value on the last iteration only)."""
+    if not loop_info.frames:
+        return np.ones(len(tensor_producer), np.int64)
+    tensor_producer = np.asarray(tensor_producer, np.int64)
+    produced = np.array([loop_info.output_iterations(int(p)) for p in tensor_producer], np.int64)
+    if not len(produced):
+        return produced
+    read = np.ones(len(tensor_producer), np.int64)
+    for t, c in zip(edge_tensor, edge_consumer):
+        op = ops[c]
+        times = loop_info.output_iterations(c) if op.type in _EXIT_OPS else int(loop_info.op_iterations[c])
+        read[t] = max(read[t], times)
+    return np.minimum(produced, read)
+
+
+def _accumulator_bytes(ops, index, loop_info: loops.LoopInfo, out_bytes_of,
+                       output_bytes) -> dict[int, list]:
+    """Gives the Exit of each TensorList accumulated in a loop (TensorListPushBack, what while_v2
+    keeps for the gradient) the bytes of all its elements: a variant's static size is 0, but
+    the stacked activations are held from the forward loop until the gradient loop reads them.
+
+    Returns reader op -> [Exit output]: the ops that read such a list (TensorListPopBack in the
+    gradient loop), reached through the Identity/Enter/Merge/Switch ops that pass the list
+    along. Each gets an edge from the Exit, so the list is held until its reader ends (and is
+    sent to the reader's device), not only until the Enter that forwards it without a copy."""
+    readers: dict[int, list] = {}
+    for i, op in enumerate(ops):
+        if op.type != "TensorListPushBack" or loop_info.op_frame[i] == loops.ROOT:
+            continue
+        element = out_bytes_of.get((index[op.inputs[1].op.name], op.inputs[1].value_index), 0)
+        stacked = element * loop_info.frames[loop_info.op_frame[i]].trips
+        # The list goes round the loop (NextIteration -> Merge -> Switch) and leaves by an Exit.
+        stack, seen = [op.outputs[0]], set()
+        while stack:
+            tensor = stack.pop()
+            for consumer in tensor.consumers():
+                if consumer.name in seen:
+                    continue
+                seen.add(consumer.name)
+                if consumer.type in _EXIT_OPS:
+                    e = index[consumer.name]
+                    output_bytes[e] += stacked - out_bytes_of[(e, 0)]
+                    out_bytes_of[(e, 0)] = stacked
+                    for reader in _list_readers(consumer.outputs[0]):
+                        readers.setdefault(index[reader.name], []).append(consumer.outputs[0])
+                elif consumer.type in _LIST_PASSING_OPS:
+                    stack.append(consumer.outputs[0])  # Switch: output 0 leaves the loop
+    return readers
+
+
+def _list_readers(tensor) -> list:
+    """The ops reading a TensorList after it is passed along by Identity/Enter/Merge/Switch;
+    for a TensorListPopBack, the ops using the popped element (the gradient's: the list's
+    elements live until they have used them, not only until the pop)."""
+    result, stack, seen = [], [tensor], set()
+    while stack:
+        for consumer in stack.pop().consumers():
+            if consumer.name in seen:
+                continue
+            seen.add(consumer.name)
+            if consumer.type in _LIST_PASSING_OPS or consumer.type == "Enter":
+                stack.append(consumer.outputs[1 if consumer.type == "Switch" else 0])
+            elif consumer.type == "TensorListPopBack":
+                stack.append(consumer.outputs[1])
+            elif consumer.type not in _EXIT_OPS:
+                result.append(consumer)
+    return result
 
 
 def colocated_kernels(op_graph: OpGraph) -> np.ndarray:

@@ -116,7 +116,25 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
             stack.append((v, True))
             stack.extend((int(p), False) for p in predecessors(v) if not main[p] and not emitted[p])
 
+    # A loop's NextIteration ops are sinks once back edges are dropped, and colocated with the
+    # loop's control; emitted as each becomes ready they would tie every group of the body to
+    # the control's device. They wait until the whole set of their class is ready, then go
+    # out together: a frame's control ends up in its head group and one tail group.
+    is_next = np.array([t in ("NextIteration", "RefNextIteration") for t in op_graph.types], bool)
+    next_count = np.bincount(classes[is_next], minlength=len(class_size))
+    held: dict[int, list[int]] = {}
+
     def push(node: int) -> None:
+        if is_next[node]:
+            cls = int(classes[node])
+            held.setdefault(cls, []).append(node)
+            if len(held[cls]) < next_count[cls]:
+                return
+            for waiting in held.pop(cls)[:-1]:
+                enqueue(waiting)
+        enqueue(node)
+
+    def enqueue(node: int) -> None:
         nonlocal clock
         clock += 1
         entry = (int(height[node]), -clock, node)
@@ -153,6 +171,8 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
                 indegree[child] -= 1
                 if indegree[child] == 0:
                     push(int(child))
+    for node in (v for waiting in held.values() for v in waiting):  # not reached by design
+        emit(node)
     for node in op_graph.topo_order:  # floating sinks: initializers and the like
         emit_floating_ancestors(int(node))
     return np.asarray(result, np.int32)
@@ -474,10 +494,21 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     colocation = joined_classes(g + int(op_graph.colocation.max()) + 1,
                                 np.stack([op_to_group, g + op_graph.colocation], 1))[:g]
 
+    # A group runs as often as its most repeated op (its costs already count every iteration);
+    # a tensor crossing groups keeps its per-step crossings.
+    iterations = np.ones(g, np.int64)
+    np.maximum.at(iterations, op_to_group, op_graph.iterations)
+    lowest, highest = np.full(g, np.iinfo(np.int32).max), np.full(g, -1)
+    np.minimum.at(lowest, op_to_group, op_graph.frame)
+    np.maximum.at(highest, op_to_group, op_graph.frame)
+    frame = np.where(lowest == highest, highest, -1)  # a group within one frame keeps it
+
     names = _group_names(op_graph, op_to_group, g)
     return make_op_graph(names, ["Group"] * g, tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                          control[:, 0], control[:, 1], (leaving + scratch).astype(np.int64),
-                         persistent.astype(np.int64), colocation, kernels)
+                         persistent.astype(np.int64), colocation, kernels, iterations=iterations,
+                         tensor_iterations=op_graph.tensor_iterations[used_tensors],
+                         loops=op_graph.loops, frame=frame)
 
 
 def _group_names(op_graph: OpGraph, op_to_group: np.ndarray, g: int) -> list[str]:

@@ -21,6 +21,13 @@ Fields (N nodes, T tensors, E data edges, C control edges):
   graph_def    the TensorFlow GraphDef the ops come from (None for a grouped graph).
   fetches      names of the fetched ops (the graph's sinks by default).
   variable_values  name -> ndarray of variable values known at import (may be empty).
+  iterations   (N,) int64    times each node runs per step: 1 outside loops, the trips of its
+                             loop frame(s) inside a while-loop body (see graph/loops.py).
+  tensor_iterations (T,) int64 times each tensor crosses its edges per step (a body's tensors
+                             move every iteration; a tensor entering or leaving a loop once).
+  loops        the LoopFrames of the graph (name, parent, trips, source), () without loops.
+  frame        (N,) int32    the loop frame (index into `loops`) each node runs in, -1 outside
+                             loops (and for a group whose ops are not all in one frame).
   unknown_shapes (N,) bool   a node reads a tensor of unknown static shape because a graph input
                              (a shapeless variable or queue) has one: its cost is a guess. All
                              False when not recorded (groups, hand-made graphs).
@@ -61,11 +68,22 @@ class OpGraph:
     graph_def: object | None = None
     fetches: tuple[str, ...] = ()
     variable_values: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    iterations: np.ndarray | None = None
+    tensor_iterations: np.ndarray | None = None
+    loops: tuple = ()
+    frame: np.ndarray | None = None
     unknown_shapes: np.ndarray | None = None
 
     def __post_init__(self):
         if self.unknown_shapes is None:
             object.__setattr__(self, "unknown_shapes", np.zeros(len(self.names), bool))
+        # Graphs without loops run every node and move every tensor once.
+        if self.iterations is None:
+            object.__setattr__(self, "iterations", np.ones(len(self.names), np.int64))
+        if self.tensor_iterations is None:
+            object.__setattr__(self, "tensor_iterations", np.ones(len(self.tensor_producer), np.int64))
+        if self.frame is None:
+            object.__setattr__(self, "frame", np.full(len(self.names), -1, np.int32))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, np.ndarray):
@@ -114,10 +132,29 @@ class OpGraph:
                       self.control_senders, self.control_receivers, self.output_bytes,
                       self.persistent_bytes, self.colocation, self.kernels):
             digest.update(np.ascontiguousarray(array).tobytes())
+        if self.has_loops:  # loop-free graphs keep their fingerprints (and cached profiles)
+            for array in (self.iterations, self.tensor_iterations):
+                digest.update(np.ascontiguousarray(array, np.int64).tobytes())
         return digest.hexdigest()[:16]
 
+    @property
+    def has_loops(self) -> bool:
+        """Whether some node or tensor runs more than once per step (a while-loop body)."""
+        return bool((self.iterations > 1).any() or (self.tensor_iterations > 1).any())
+
+    def loop_report(self) -> list[dict]:
+        """One dict per loop frame: name, parent (None at top level), trips, iterations per
+        step (nested loops multiply), ops in its body, source of the count (for report.json)."""
+        per_step = {}
+        for f, frame in enumerate(self.loops):
+            per_step[f] = frame.trips * (1 if frame.parent < 0 else per_step[frame.parent])
+        return [{"name": frame.name, "parent": None if frame.parent < 0 else self.loops[frame.parent].name,
+                 "trips": frame.trips, "iterations_per_step": per_step[f], "source": frame.source}
+                for f, frame in enumerate(self.loops)]
+
     def __repr__(self) -> str:
-        return f"OpGraph({self.num_ops} ops, {self.num_edges} edges, {len(self.fetches)} fetches)"
+        loops = f", {len(self.loops)} loops" if self.loops else ""
+        return f"OpGraph({self.num_ops} ops, {self.num_edges} edges, {len(self.fetches)} fetches{loops})"
 
 
 def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, tensor_bytes,
@@ -125,11 +162,13 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
                   output_bytes=None, persistent_bytes=None, colocation=None, kernels=None,
                   graph_def=None, fetches: Sequence[str] = (),
                   variable_values: Mapping[str, np.ndarray] | None = None,
-                  unknown_shapes=None) -> OpGraph:
+                  iterations=None, tensor_iterations=None, loops: Sequence = (),
+                  frame=None, unknown_shapes=None) -> OpGraph:
     """Builds an OpGraph from plain sequences, filling defaults and checking it is a DAG.
 
     Defaults: output_bytes = sum of the node's tensor bytes, no persistent memory, every node its
-    own colocation group, kernels on every device type, fetches = sinks.
+    own colocation group, kernels on every device type, fetches = sinks, no loops (every node
+    and tensor once per step).
     Raises InvalidGraphError for out-of-range indices or a cycle.
     """
     n = len(names)
@@ -156,6 +195,8 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
     persistent_bytes = np.zeros(n, np.int64) if persistent_bytes is None else np.asarray(persistent_bytes, np.int64)
     colocation = np.arange(n, dtype=np.int32) if colocation is None else np.asarray(colocation, np.int32)
     kernels = np.ones((n, len(DEVICE_TYPES)), bool) if kernels is None else np.asarray(kernels, bool)
+    iterations = _counts(iterations, n, "iterations")
+    tensor_iterations = _counts(tensor_iterations, len(tensor_producer), "tensor_iterations")
     senders = tensor_producer[edge_tensor]
     topo = topological_order(n, np.concatenate([senders, control_senders]),
                              np.concatenate([edge_consumer, control_receivers]), names)
@@ -167,7 +208,18 @@ def make_op_graph(names: Sequence[str], types: Sequence[str], tensor_producer, t
     return OpGraph(tuple(names), tuple(types), tensor_producer, tensor_bytes, edge_tensor, edge_consumer,
                    control_senders, control_receivers, output_bytes, persistent_bytes, colocation,
                    kernels, topo, graph_def, tuple(fetches), dict(variable_values or {}),
+                   iterations, tensor_iterations, tuple(loops),
+                   None if frame is None else np.asarray(frame, np.int32),
                    None if unknown_shapes is None else np.asarray(unknown_shapes, bool))
+
+
+def _counts(values, n: int, label: str) -> np.ndarray:
+    if values is None:
+        return np.ones(n, np.int64)
+    values = np.asarray(values, np.int64).reshape(-1)
+    if len(values) != n or (values < 1).any():
+        raise errors.InvalidGraphError(f"{label} needs {n} counts >= 1")
+    return values
 
 
 def joined_classes(n: int, pairs) -> np.ndarray:

@@ -15,6 +15,11 @@ Semantics (the contract `tests/test_sim.py` checks against a plain-Python refere
   over link (src, dst): latency + bytes / bandwidth, zero-byte tensors included (a Send/Recv pair
   still costs a round of the runtime). A link carries one transfer at a time, latency included,
   queued by (time ready, tensor index). Control edges only order nodes: no bytes, no latency.
+- Loops: compute[n, d] already holds all iterations of a loop-body node (costs are per step);
+  a tensor moved every iteration (tensor_trips[t] > 1, a split loop body) is one transfer item
+  taking tensor_trips[t] x (latency + bytes / bandwidth) and holding one iteration's bytes on
+  the destination. So a loop's iterations are sequential on its nodes and links, while
+  independent loops and ops overlap as any nodes do.
 - Memory per device: persistent bytes of its nodes all step; a node's output_bytes from its start
   until its end, its last local consumer's end and its last outgoing transfer's end, whichever is
   latest (a Send reads the producer's buffer); a received copy (tensor_bytes) from the transfer's
@@ -30,7 +35,7 @@ _NONE = -1
 
 
 @numba.njit(cache=True)
-def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                       tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                       ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
                       bandwidth, latency):
@@ -169,7 +174,8 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_pt
                     src = tr_src[r]
                     dst = tr_dst[r]
                     nbytes = tensor_bytes[tr_tensor[r]]
-                    end = now + latency[src, dst] + nbytes / bandwidth[src, dst]
+                    end = now + tensor_trips[tr_tensor[r]] * (latency[src, dst]
+                                                              + nbytes / bandwidth[src, dst])
                     tr_start[r] = now
                     tr_end[r] = end
                     memory[dst] += nbytes
@@ -303,12 +309,12 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_pt
 
 
 @numba.njit(cache=True)
-def simulate_step(device_of, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                   tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                   ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
                   bandwidth, latency):
     """(step time, peak bytes per device, ok) without boxing the schedule arrays."""
-    schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, prod_ptr,
+    schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
                                  prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
                                  input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
                                  persistent_bytes, streams, bandwidth, latency)
@@ -321,7 +327,7 @@ def simulate_step(device_of, compute, tensor_producer, tensor_bytes, prod_ptr, p
 
 
 @numba.njit(cache=True)
-def simulate_batch(devices, compute, tensor_producer, tensor_bytes, prod_ptr, prod_tensors,
+def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                    tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                    ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
                    bandwidth, latency):
@@ -332,7 +338,7 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, prod_ptr, pr
     all_ok = True
     for b in range(n_batch):
         step, peak, ok = simulate_step(devices[b], compute, tensor_producer, tensor_bytes,
-                                       prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
+                                       tensor_trips, prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
                                        tensor_cpos, cons_ptr, input_tensor, input_producer, ctrl_ptr,
                                        ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
                                        bandwidth, latency)

@@ -4,7 +4,8 @@ The simulator is called after every action of the RL loop, always on the same gr
 costs with a different device array. Everything that does not depend on the placement is turned
 here, once, into flat contiguous arrays the compiled kernel (`tfplaceto.sim.kernel`) walks:
 
-  compute      (N, D) float64  seconds of node n on device d.
+  compute      (N, D) float64  seconds of node n on device d (per step: all loop iterations).
+  tensor_trips (T,) float64    times tensor t crosses a link per step (> 1 in a loop body).
   prod_ptr / prod_tensors      CSR: tensors produced by each node.
   cons_ptr / input_tensor, input_producer
                                CSR over data edges grouped by consumer ("input k" of a node):
@@ -67,6 +68,7 @@ class SimGraph:
     compute: np.ndarray
     tensor_producer: np.ndarray
     tensor_bytes: np.ndarray
+    tensor_trips: np.ndarray
     prod_ptr: np.ndarray
     prod_tensors: np.ndarray
     tensor_ptr: np.ndarray
@@ -95,7 +97,7 @@ class SimGraph:
 
     def kernel_args(self) -> tuple[np.ndarray, ...]:
         """The arrays in the order `tfplaceto.sim.kernel` takes them after the device array."""
-        return (self.compute, self.tensor_producer, self.tensor_bytes, self.prod_ptr,
+        return (self.compute, self.tensor_producer, self.tensor_bytes, self.tensor_trips, self.prod_ptr,
                 self.prod_tensors, self.tensor_ptr, self.tensor_cons, self.tensor_cpos,
                 self.cons_ptr, self.input_tensor, self.input_producer, self.ctrl_ptr,
                 self.ctrl_succ, self.indegree, self.output_bytes, self.persistent_bytes, self.streams,
@@ -135,6 +137,7 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
     return SimGraph(
         compute=compute, tensor_producer=tensor_producer,
         tensor_bytes=_owned(op_graph.tensor_bytes, np.int64),
+        tensor_trips=_owned(op_graph.tensor_iterations, np.float64),
         prod_ptr=prod_ptr, prod_tensors=prod_tensors, tensor_ptr=tensor_ptr, tensor_cons=tensor_cons,
         tensor_cpos=tensor_cpos, cons_ptr=cons_ptr, input_tensor=input_tensor,
         input_producer=input_producer, ctrl_ptr=ctrl_ptr, ctrl_succ=ctrl_succ,

@@ -23,7 +23,8 @@ class SimResult:
       oom: True when some device's peak exceeds its memory_bytes.
       busy_s: device name -> total seconds of the nodes it ran (with streams > 1 this can exceed
         step_time_s: it is work, not wall time).
-      transfer_bytes: total bytes sent over links (each tensor once per destination device).
+      transfer_bytes: total bytes sent over links (each tensor once per destination device, once
+        per iteration in a loop body).
       device_names, memory_limit_bytes: the cluster's devices and their memory, in cluster order.
       node_names, node_types, node_group: per node (node_group is the colocation id, for colours).
       node_device, node_start_s, node_end_s: the schedule of every node.

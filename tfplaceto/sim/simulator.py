@@ -183,7 +183,8 @@ class Simulator:
         graph = self.sim_graph
         durations = end - start
         busy = np.bincount(devices, weights=durations, minlength=self._num_devices)
-        sizes = graph.tensor_bytes[tr_tensor]
+        # Bytes moved: a loop body's tensor crosses once per iteration.
+        sizes = (graph.tensor_bytes[tr_tensor] * graph.tensor_trips[tr_tensor]).astype(np.int64)
         return SimResult(
             step_time_s=float(end.max()) if len(end) else 0.0,
             peak_memory_bytes={name: int(p) for name, p in zip(names, peak)},

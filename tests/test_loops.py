@@ -1,0 +1,186 @@
+"""While loops: trip counts per frame, costs and transfers per iteration, grouping of a frame.
+
+A Keras LSTM is a while loop unless `unroll=True`; its training step has a forward loop and a
+gradient loop. The unrolled and the loop forms of one model compute the same thing, so their
+simulated single-GPU step times must be close (before trip counts: 3x apart at 8 steps).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfplaceto as tp
+from tfplaceto import errors
+from tfplaceto.graph import loops
+
+GPU = "/job:localhost/replica:0/task:0/device:GPU:{}"
+STEPS = 8
+
+
+def _lstm_model(unroll: bool, steps: int = STEPS):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([
+        tf.keras.Input((steps,), batch_size=8, dtype="int32"),
+        tf.keras.layers.Embedding(100, 16),
+        tf.keras.layers.LSTM(32, unroll=unroll, return_sequences=True),
+        tf.keras.layers.LSTM(32, unroll=unroll),
+        tf.keras.layers.Dense(2)])
+    model.compile(optimizer="adam",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+@pytest.fixture(scope="module")
+def lstm_graphs():
+    return {unroll: tp.import_graph(_lstm_model(unroll), batch_size=8) for unroll in (False, True)}
+
+
+def _loop_graph(steps=10, width=64, bound=None, **import_args):
+    """tf.while_loop of `steps` iterations of h = tanh(h @ w) as a ConcreteFunction; with
+    bound="data" the bound (6) is computed from the input, so it is not static."""
+    w = tf.Variable(tf.random.normal([width, width]) * 0.1)
+
+    @tf.function(input_signature=[tf.TensorSpec([8, width], tf.float32)])
+    def run(x):
+        def cond(i, h):
+            if bound == "data":
+                return i < tf.cast(tf.reduce_sum(x) * 0.0, tf.int32) + 6
+            return i < steps
+
+        return tf.while_loop(cond, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w))), [0, x])[1]
+
+    return tp.import_graph(run.get_concrete_function(), **import_args)
+
+
+def _single_gpu_step(op_graph, cluster="2xV100", costs=None):
+    placement = {name: GPU.format(0) for name in op_graph.names}
+    return tp.simulate(op_graph, placement, cluster, costs=costs)
+
+
+def test_keras_lstm_trip_counts_are_static(lstm_graphs):
+    graph = lstm_graphs[False]
+    report = graph.loop_report()
+    # Two layers, each a forward loop and a gradient loop; the second layer's length is only
+    # known because the first layer's stacked outputs get their static length.
+    assert len(report) == 4
+    assert all(loop["trips"] == STEPS and loop["source"].startswith("static") for loop in report)
+    matmuls = [i for i, t in enumerate(graph.types) if t == "MatMul" and graph.iterations[i] > 1]
+    assert matmuls and set(graph.iterations[matmuls]) == {STEPS}
+    assert not lstm_graphs[True].loops and lstm_graphs[True].iterations.max() == 1
+
+
+def test_loop_and_unrolled_lstm_simulate_alike(lstm_graphs):
+    loop, unrolled = lstm_graphs[False], lstm_graphs[True]
+    loop_costs = tp.profile(loop, "2xV100")
+    loop_step = _single_gpu_step(loop, costs=loop_costs).step_time_s
+    unrolled_step = _single_gpu_step(unrolled).step_time_s
+    assert 1 / 1.5 < loop_step / unrolled_step < 1.5
+    # Charging each body op once (what the simulator did before) is far off: the test can fail.
+    once = loop_costs.compute_s / loop.iterations[:, None]
+    once_step = _single_gpu_step(loop, costs=tp.CostProfile(
+        loop_costs.op_names, loop_costs.device_kinds, once)).step_time_s
+    assert unrolled_step / once_step > 2
+
+
+def test_loop_keeps_stacked_activations_for_the_gradient(lstm_graphs):
+    # The forward loops hand the gradient loops one stacked TensorList per saved activation:
+    # its bytes grow with the steps, and so does the peak memory.
+    graphs = {STEPS: lstm_graphs[False],
+              2 * STEPS: tp.import_graph(_lstm_model(False, 2 * STEPS), batch_size=8)}
+    stacked = {steps: sum(int(g.output_bytes[i]) for i, t in enumerate(g.types) if t == "Exit")
+               for steps, g in graphs.items()}
+    # Other Exits (final states, loop counters, weights passed round) do not grow.
+    growth = stacked[2 * STEPS] - stacked[STEPS]
+    assert growth >= STEPS * 2 * 8 * 32 * 4  # at least one [8, 32] gate per step and layer
+    peaks = {steps: _single_gpu_step(g).peak_memory_bytes[GPU.format(0)] for steps, g in graphs.items()}
+    # Held until the gradient loops read them: all alive when the first gradient loop starts.
+    assert peaks[2 * STEPS] - peaks[STEPS] >= 0.9 * growth
+
+
+def test_split_loop_body_pays_transfers_every_iteration():
+    results = {}
+    for steps in (10, 20):
+        graph = _loop_graph(steps)
+        body = {i for i, t in enumerate(graph.types) if t in ("MatMul", "Tanh") and graph.iterations[i] > 1}
+        assert len(body) == 2 and set(graph.iterations[list(body)]) == {steps}
+        split = {name: GPU.format(int(i in body)) for i, name in enumerate(graph.names)}
+        costs = np.zeros((graph.num_ops, 3))  # 2 GPUs and the host
+        results[steps] = (tp.simulate(graph, split, "2xV100", costs=costs),
+                          _single_gpu_step(graph, costs=costs))
+    h_bytes = 8 * 64 * 4
+    split_10, single_10 = results[10]
+    split_20, _ = results[20]
+    assert single_10.transfer_bytes == 0
+    # h goes to the body's device and back (and w with it) in every iteration.
+    assert split_10.transfer_bytes >= 10 * 2 * h_bytes
+    assert split_20.transfer_bytes == 2 * split_10.transfer_bytes
+    latency = tp.Cluster.preset("2xV100").latency[0, 1]
+    assert split_10.step_time_s >= 10 * 2 * latency
+    assert split_20.step_time_s == pytest.approx(2 * split_10.step_time_s)
+
+
+def test_nested_loops_multiply():
+    @tf.function(input_signature=[tf.TensorSpec([4, 4], tf.float32)])
+    def nested(x):
+        def outer_body(i, h):
+            inner = tf.while_loop(lambda j, g: j < 4, lambda j, g: (j + 1, tf.sin(g)), [0, h])[1]
+            return i + 1, inner
+
+        return tf.while_loop(lambda i, h: i < 3, outer_body, [0, x])[1]
+
+    graph = tp.import_graph(nested.get_concrete_function())
+    report = {loop["trips"]: loop for loop in graph.loop_report()}
+    assert sorted(report) == [3, 4]
+    assert report[4]["parent"] == report[3]["name"] and report[4]["iterations_per_step"] == 12
+    sin = graph.index_of(next(n for n, t in zip(graph.names, graph.types) if t == "Sin"))
+    assert graph.iterations[sin] == 12
+
+
+def test_unknown_trip_count_warns_and_can_be_given():
+    with pytest.warns(UserWarning, match="loop_iterations="):
+        assumed = _loop_graph(bound="data")
+    (loop,) = assumed.loop_report()
+    assert loop["source"] == "assumed" and loop["trips"] == loops.DEFAULT_LOOP_ITERATIONS
+    given = _loop_graph(bound="data", loop_iterations={loop["name"]: 7})
+    assert given.loop_report()[0]["trips"] == 7 and given.loop_report()[0]["source"] == "given"
+    assert _loop_graph(bound="data", loop_iterations=5).loop_report()[0]["trips"] == 5
+    assert given.fingerprint() != assumed.fingerprint()  # a cached profile must not be reused
+    with pytest.raises(errors.InvalidGraphError, match="not a loop of the graph"):
+        _loop_graph(bound="data", loop_iterations={"no/such/loop": 3})
+    with pytest.raises(errors.InvalidGraphError, match="positive int"):
+        _loop_graph(bound="data", loop_iterations=0)
+
+
+def test_measured_profile_reports_the_trips_it_saw():
+    with pytest.warns(UserWarning, match="loop_iterations="):
+        graph = _loop_graph(bound="data")
+    with pytest.warns(UserWarning, match="ran 6 iterations .* assumes 10"):
+        tp.profile(graph, tp.Cluster.local(cpus=1), source="measured", use_cache=False)
+    given = _loop_graph(bound="data", loop_iterations=6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tp.profile(given, tp.Cluster.local(cpus=1), source="measured", use_cache=False)
+    assert not [w for w in caught if "iterations in the measured step" in str(w.message)]
+
+
+def test_grouping_keeps_a_frames_control_together_and_its_body_free(lstm_graphs):
+    graph = lstm_graphs[False]
+    grouping = tp.group(graph, max_groups=128)
+    control = ("LoopCond", "Merge", "Switch", "NextIteration", "Exit")
+    conds = [i for i, t in enumerate(graph.types) if t == "LoopCond"]
+    tied_groups = set()
+    for cond in conds:
+        members = np.flatnonzero(graph.colocation == graph.colocation[cond])
+        assert {graph.types[i] for i in members} >= set(control)
+        groups = set(grouping.op_to_group[members].tolist())
+        assert len(set(grouping.graph.colocation[list(groups)].tolist())) == 1
+        tied_groups |= groups
+    # Some loop-body compute lies in groups free of any frame's control: a placer can split it.
+    body = [i for i, t in enumerate(graph.types) if t == "MatMul" and graph.iterations[i] > 1]
+    assert set(grouping.op_to_group[body].tolist()) - tied_groups
+    assert grouping.graph.tensor_iterations.max() == STEPS
+    # Groups wholly inside one loop say which; the op graph's frames are the loops'.
+    assert set(graph.frame[body].tolist()) <= set(range(len(graph.loops)))
+    assert (grouping.graph.frame[grouping.op_to_group[body]] >= 0).any()
