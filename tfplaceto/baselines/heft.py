@@ -11,6 +11,12 @@ Additions for placement: candidate devices are the kernel-allowed accelerators; 
 classes) are placed whole (the first member fixes the device for the rest); and devices without
 room for a class under Baechi's memory estimate (see `_common`) are skipped, as in m-ETF (the
 host is used only when no accelerator has room), raising UnplaceableError when no device has room. Devices run one node at a time here (streams ignored).
+
+Communication models (`COMM_MODELS`): "none", HEFT's own (transfers never wait for each other, a
+pair's tensors cost one transfer time), and `_common.COMM_MODELS` ("link", "channel"): each
+tensor is sent once per destination device and queues on its link or on both devices' channels,
+in the order of its producer's finish. `place` tries each and keeps the placement the simulator
+scores best; `comm_model=` forces one.
 """
 
 from __future__ import annotations
@@ -20,11 +26,23 @@ import numpy as np
 from tfplaceto.baselines import _common
 from tfplaceto.problem import Problem
 
+COMM_MODELS = ("none",) + _common.COMM_MODELS
 
-def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
-    del seed, budget_s  # deterministic, one pass
+
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
+          comm_model: str | None = None) -> np.ndarray:
+    """HEFT under `comm_model`, or under each of `COMM_MODELS` keeping the best."""
+    del seed, budget_s  # deterministic, one pass per model
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
+    models = COMM_MODELS if comm_model is None else (comm_model,)
+    return _common.best_of(problem, {
+        model: lambda model=model: schedule(problem, inst, model) for model in models})[1]
+
+
+def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none") -> np.ndarray:
+    """HEFT's placement under one communication model (module docstring)."""
+    comm = _common.comm_code(comm_model, COMM_MODELS)
     compute = np.asarray(problem.compute_s, float)
     n, num_devices = inst.num_nodes, inst.num_devices
 
@@ -42,6 +60,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
     class_device = np.full(inst.num_classes, -1)
     finish = np.zeros(n)
     device_of = np.full(n, -1, np.int64)
+    queues = _Queues(inst, comm) if comm else None
 
     for node in order:
         cls = inst.tie[node]
@@ -54,17 +73,22 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
                 devices = np.flatnonzero(inst.allowed[node] & room)
             if len(devices) == 0:
                 raise _common.out_of_room(problem, inst, int(node), used)
-        parents = inst.parents_of(node)
-        ready = np.zeros(num_devices)
-        if len(parents):
-            sources = inst.pair_src[parents]
-            ready = (finish[sources, None] + inst.transfer_s(parents, device_of[sources])).max(0)
+        if queues is not None:
+            ready = queues.arrival(node, finish, device_of)
+        else:
+            parents = inst.parents_of(node)
+            ready = np.zeros(num_devices)
+            if len(parents):
+                sources = inst.pair_src[parents]
+                ready = (finish[sources, None] + inst.transfer_s(parents, device_of[sources])).max(0)
         best_finish, best_device, best_start = np.inf, -1, 0.0
         for device in devices:
             begin = _earliest_slot(starts[device], ends[device], ready[device], compute[node, device])
             end = begin + compute[node, device]
             if _common.earlier(end, best_finish):
                 best_finish, best_device, best_start = end, int(device), begin
+        if queues is not None:  # queue the transfers (as the trial towards best_device did)
+            queues.arrival(node, finish, device_of, commit=best_device)
         at = np.searchsorted(starts[best_device], best_start, side="right")
         starts[best_device] = np.insert(starts[best_device], at, best_start)
         ends[best_device] = np.insert(ends[best_device], at, best_finish)
@@ -83,3 +107,53 @@ def _earliest_slot(starts: np.ndarray, ends: np.ndarray, ready: float, duration:
     gap_ends = np.concatenate((starts[first:], [np.inf]))
     fits = np.flatnonzero(gap_starts + duration <= gap_ends)
     return float(gap_starts[fits[0]])
+
+
+class _Queues:
+    """Link (comm 1) or channel (comm 2) occupancy and the tensors already received where."""
+
+    def __init__(self, inst: _common.Instance, comm: int):
+        self.inst, self.channel = inst, comm == 2
+        d = inst.num_devices
+        self.link_free = np.zeros((d, d))
+        self.channel_free = np.zeros(d)
+        self.received = np.full((len(inst.tensor_producer), d), np.inf)
+
+    def arrival(self, node: int, finish: np.ndarray, device_of: np.ndarray,
+                commit: int | None = None) -> np.ndarray:
+        """(D,) when the node's inputs could all be on each device, queueing its transfers in the
+        order their producers finished; with `commit`, queues them for real towards that device."""
+        inst = self.inst
+        d = inst.num_devices
+        ready = np.full(d, max(finish[inst.control_parents_of(node)], default=0.0))
+        tensors = inst.inputs_of(node)
+        tensors = tensors[np.argsort(finish[inst.tensor_producer[tensors]], kind="stable")]
+        targets = np.arange(d) if commit is None else np.array([commit])
+        # Trial copies of the queues, one per target device (a trial towards d sees only its own).
+        link_free = np.repeat(self.link_free[None], len(targets), 0)
+        channel_free = np.repeat(self.channel_free[None], len(targets), 0)
+        rows = np.arange(len(targets))
+        for tensor in tensors:
+            producer = inst.tensor_producer[tensor]
+            src, done = device_of[producer], finish[producer]
+            took = inst.latency[src, targets] + inst.tensor_bytes[tensor] * inst.inverse_bandwidth[src, targets]
+            if self.channel:
+                start = np.maximum(done, np.maximum(channel_free[rows, src], channel_free[rows, targets]))
+            else:
+                start = np.maximum(done, link_free[rows, src, targets])
+            received = self.received[tensor, targets]
+            send = (targets != src) & ~np.isfinite(received)
+            at = np.where(targets == src, done, np.where(send, start + took, received))
+            if self.channel:
+                sent = np.maximum(done, channel_free[rows, src]) + took
+                channel_free[rows[send], src] = sent[send]
+                channel_free[rows[send], targets[send]] = at[send]
+            else:
+                link_free[rows[send], src, targets[send]] = at[send]
+            if commit is not None and send[0]:
+                self.received[tensor, commit] = at[0]
+            ready[targets] = np.maximum(ready[targets], at)
+        if commit is not None:
+            self.link_free, self.channel_free = link_free[0], channel_free[0]
+            return float(ready[commit])
+        return ready
