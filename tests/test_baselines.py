@@ -5,6 +5,9 @@ given directly, so every expected answer can be worked out on paper:
 - two independent equal chains on two devices: the optimum runs one chain per device;
 - a chain whose every split only adds transfers: the optimum keeps it on one device;
 - persistent memory that fits only when split; an op bigger than every device;
+- m-ETF's options: fan-outs where per-link queues and Baechi's one channel per device give
+  different placements, each the better one on a graph of its own; inputs queued or parallel;
+  tie breaks; m-SCT's awake device and cut-off;
 - random DAGs: kernels, Baechi memory, ties and determinism; local search never worse than start.
 """
 
@@ -260,6 +263,37 @@ def test_channel_pessimism_keeps_a_child_whose_output_is_costly_to_bring_back():
     assert simulator.run(place("m_sct", problem))[0] == pytest.approx(4.0 * MS)
 
 
+def test_inputs_from_one_producer_queue_behind_each_other():
+    # Node 0 sends node 2 two 0.6 MB tensors; node 1 (lower index, equal level) takes device 0
+    # first. Estimated as if alone, the tensors reach device 1 at 1.6 ms, before device 0 frees
+    # (2 ms), but they really arrive at 2.2 ms (one link); queued, the estimate is exact.
+    graph = make_op_graph(["n0", "n1", "n2"], ["Op"] * 3, [0, 0, 0], [1000, 600_000, 600_000],
+                          [0, 1, 2], [1, 2, 2])
+    problem = problem_of(graph, make_cluster(2, latency=0.0), np.full(3, 1 * MS))
+    options = {"comm_model": "link", "tie_break": "level"}
+    parallel = m_etf.place(problem, inputs="parallel", **options)
+    queued = m_etf.place(problem, inputs="queued", **options)
+    assert parallel.tolist() == [0, 0, 1] and queued.tolist() == [0, 0, 0]
+    simulator = problem.simulator()
+    assert simulator.run(parallel)[0] == pytest.approx(3.2 * MS)
+    assert simulator.run(queued)[0] == pytest.approx(3.0 * MS)
+
+
+def test_ties_go_to_the_longer_path_or_the_topological_order():
+    # Node 0 feeds 1 (a 1 ms leaf) and 2 (1 ms, then 5 ms in node 3), 0.5 ms away on device 1.
+    # Longest path first: 2 stays with 0 and 1 goes remote (7 ms); topological order: 1 stays and
+    # 2 and 3 go remote (7.5 ms).
+    problem = problem_of(dag(4, [(0, 1), (0, 2), (2, 3)], tensor_bytes=500_000),
+                         make_cluster(2, latency=0.0), [1 * MS, 1 * MS, 1 * MS, 5 * MS])
+    options = {"comm_model": "link", "inputs": "queued"}
+    level = m_etf.place(problem, tie_break="level", **options)
+    topo = m_etf.place(problem, tie_break="topo", **options)
+    assert level.tolist() == [0, 1, 0, 0] and topo.tolist() == [0, 0, 1, 1]
+    assert problem.simulator().run(level)[0] == pytest.approx(7 * MS)
+    assert problem.simulator().run(topo)[0] == pytest.approx(7.5 * MS)
+    assert m_etf.place(problem).tolist() == level.tolist()
+
+
 @pytest.mark.parametrize("model", ("none",) + _common.COMM_MODELS)
 def test_heft_queues_transfers_by_model(model):
     # HEFT's own model lets all three transfers overlap; link queues too (one link each); one
@@ -290,10 +324,11 @@ def test_m_sct_awake_device_waits_for_the_favourite_child():
     assert child[0] == 1
     # The paper's rule: device 0 is awake for child 1, so node 2 (not urgent: it can start at
     # 1.0001 ms on device 1) goes to device 1 and child 1 runs at once after its parent.
-    assert m_sct.place(problem, rule="awake", comm_model="link").tolist()[:3] == [0, 0, 1]
+    options = {"comm_model": "link", "tie_break": "level", "inputs": "queued"}
+    assert m_sct.place(problem, rule="awake", **options).tolist()[:3] == [0, 0, 1]
     # tfplaceto's bonus rule keeps ETF's order: node 2 takes device 0 first, and child 1 still
     # goes there (at 4 ms, against 21 ms after its transfer to device 1).
-    assert m_sct.place(problem, rule="bonus", comm_model="link").tolist()[:3] == [0, 0, 0]
+    assert m_sct.place(problem, rule="bonus", **options).tolist()[:3] == [0, 0, 0]
 
 
 def test_m_sct_cutoff_decides_which_lp_values_count_as_favourite():

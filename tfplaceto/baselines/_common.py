@@ -259,11 +259,21 @@ def out_of_room(problem: Problem, inst: Instance, node: int, used: np.ndarray) -
                        f"the devices it can run on have only this much left: {free}")
 
 
-def comm_code(comm_model: str, models: tuple[str, ...] = COMM_MODELS) -> int:
-    """The index of a communication model name; ValueError naming the choices otherwise."""
-    if comm_model not in models:
-        raise ValueError(f"unknown communication model {comm_model!r}; choose from {', '.join(models)}")
-    return models.index(comm_model)
+def choice(what: str, value, choices: tuple) -> int:
+    """The index of value in choices; ValueError naming the choices otherwise."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose from {', '.join(map(str, choices))}")
+    return choices.index(value)
+
+
+def combinations(options: dict[str, tuple], fixed: dict[str, object]) -> list[dict[str, object]]:
+    """Every combination of the options (name -> choices), with the names fixed to a value other
+    than None taking that value only: the variants a best-of placer schedules."""
+    combos = [{}]
+    for name, choices in options.items():
+        values = choices if fixed.get(name) is None else (fixed[name],)
+        combos = [dict(combo, **{name: value}) for combo in combos for value in values]
+    return combos
 
 
 def best_of(problem: Problem, variants: dict[str, Callable[[], np.ndarray]]) -> tuple[str, np.ndarray]:

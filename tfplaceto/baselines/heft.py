@@ -42,7 +42,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
 
 def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none") -> np.ndarray:
     """HEFT's placement under one communication model (module docstring)."""
-    comm = _common.comm_code(comm_model, COMM_MODELS)
+    comm = _common.choice("communication model", comm_model, COMM_MODELS)
     compute = np.asarray(problem.compute_s, float)
     n, num_devices = inst.num_nodes, inst.num_devices
 

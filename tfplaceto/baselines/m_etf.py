@@ -18,9 +18,18 @@ carries one transfer at a time, in the order they are queued), or "channel", Bae
 device has one channel shared by all its sends and receives). A node's input arrival times are
 estimated when it becomes ready and re-estimated lazily: links and channels only fill up, so a
 stale estimate is a lower bound, and re-estimating the apparent winner until it stays the winner
-picks the true earliest start under the model. The committed start queues the transfers.
-`place` schedules under both models and keeps the placement the simulator scores best (cheap:
-one schedule costs milliseconds on a grouped graph); `comm_model=` forces one.
+picks the earliest start under the estimate. The committed start queues the transfers.
+
+Options (`OPTIONS`), each a different greedy, none best on every graph; `place` schedules every
+combination and keeps the placement the simulator scores best (one schedule costs milliseconds
+on a grouped graph), keyword arguments fix any of them:
+- comm_model: "link" or "channel" (above). Baechi's channel is more pessimistic under fan-out
+  and fan-in, so it splits less, which pays where ETF's greed would split too eagerly;
+- tie_break among equal starts: "level" (the longer path to an exit first) or "topo" (the
+  earlier in topological order, as Baechi's code does);
+- inputs: "queued" estimates a node's own missing inputs queued behind each other, as the
+  commit will queue them (exact under the model); "parallel" lets each arrive as if alone (the
+  estimate of tfplaceto's earlier m-ETF, optimistic for a group that reads many tensors).
 
 `schedule` is shared with m-SCT, which adds a preference for favourite children. The loop is
 compiled with numba (O(ready nodes x devices) per step): the NASNet-Mobile training graph at op
@@ -29,27 +38,37 @@ level (~20,000 ops, 9 devices) schedules in a few seconds.
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
 from tfplaceto.baselines import _common
 from tfplaceto.problem import Problem
 
+TIE_BREAKS = ("level", "topo")
+INPUTS = ("queued", "parallel")
+# The schedule's options (module docstring); `place` tries every combination not fixed.
+OPTIONS = {"comm_model": _common.COMM_MODELS, "tie_break": TIE_BREAKS, "inputs": INPUTS}
+
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
-          comm_model: str | None = None) -> np.ndarray:
-    """m-ETF under `comm_model`, or under each of `_common.COMM_MODELS` keeping the best."""
-    del seed, budget_s  # deterministic, one pass per model
+          comm_model: str | None = None, tie_break: str | None = None,
+          inputs: str | None = None) -> np.ndarray:
+    """m-ETF with the given options, trying every combination of those left None (`OPTIONS`)
+    and keeping the placement the simulator scores best."""
+    del seed, budget_s  # deterministic, one pass per variant
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
-    models = _common.COMM_MODELS if comm_model is None else (comm_model,)
+    fixed = {"comm_model": comm_model, "tie_break": tie_break, "inputs": inputs}
     return _common.best_of(problem, {
-        model: lambda model=model: schedule(problem, inst, comm_model=model) for model in models})[1]
+        tuple(v.values()): functools.partial(schedule, problem, inst, **v)
+        for v in _common.combinations(OPTIONS, fixed)})[1]
 
 
 def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarray | None = None,
              favourite_bonus: np.ndarray | None = None, comm_model: str = "link",
-             awake: bool = False) -> np.ndarray:
+             awake: bool = False, tie_break: str = "level", inputs: str = "queued") -> np.ndarray:
     """Earliest-start list scheduling; returns the device of every node.
 
     favourite_child[p] (or -1) and favourite_bonus[p] (seconds): once p is placed on device d,
@@ -62,18 +81,24 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
     another node becomes urgent first.
     """
     n = inst.num_nodes
-    comm = _common.comm_code(comm_model)
+    comm = _common.choice("communication model", comm_model, _common.COMM_MODELS)
+    _common.choice("tie break", tie_break, TIE_BREAKS)
+    _common.choice("inputs estimate", inputs, INPUTS)
     if favourite_child is None:
         favourite_child, favourite_bonus = np.full(n, -1, np.int64), np.zeros(n)
     streams = np.array([d.streams for d in problem.cluster.devices], np.int64)
-    priority = inst.bottom_level(np.where(np.isfinite(inst.fastest), inst.fastest, 0.0))
+    if tie_break == "level":
+        priority = inst.bottom_level(np.where(np.isfinite(inst.fastest), inst.fastest, 0.0))
+    else:
+        priority = np.empty(n)
+        priority[inst.order] = -np.arange(n, dtype=float)
     device_of, used, stuck = _schedule(*(_owned(a) for a in (
         problem.compute_s, inst.memory, streams, inst.latency, inst.inverse_bandwidth, inst.allowed,
         inst.candidates, inst.tie, inst.class_memory, priority,
         np.bincount(inst.pair_dst, minlength=n), inst.child_ptr, inst.child_pairs, inst.pair_dst,
         inst.input_ptr, inst.input_tensors, inst.tensor_producer, inst.tensor_bytes,
         inst.control_ptr, inst.control_parents, favourite_child, favourite_bonus)),
-        comm, awake, _common.TIME_TOLERANCE)
+        comm, inputs == "queued", awake, _common.TIME_TOLERANCE)
     if stuck >= 0:  # nothing placed later frees memory: it never fits
         raise _common.out_of_room(problem, inst, int(stuck), used)
     return problem.tie(device_of.astype(np.int32))
@@ -102,20 +127,33 @@ def _transfer_start(comm, done, src, dst, link_free, channel_free):
 
 
 @numba.njit(cache=True)
-def _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, received,
+def _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
                       latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
-                      tensor_bytes, control_ptr, control_parents):
-    """When the node's inputs could be on each device, queued behind the links' (channels')
-    current transfers (transfers queued later can only delay them: a stale estimate is a lower
-    bound)."""
+                      tensor_bytes, control_ptr, control_parents, trial_link, trial_channel, seen,
+                      calls):
+    """When the node's inputs could be on each device: its missing tensors queued, in the order
+    their producers finished, behind the links' (channels') current transfers and behind each
+    other, as the commit will queue them. Transfers queued later by other nodes can only delay
+    them: a stale estimate is a lower bound. trial_*, seen: scratch; calls[0]: a call counter."""
     num_devices = arrival.shape[1]
+    calls[0] += 1
+    stamp = calls[0]
     latest = 0.0
     for k in range(control_ptr[node], control_ptr[node + 1]):
         latest = max(latest, finish[control_parents[k]])
     for d in range(num_devices):
         arrival[node, d] = latest
-    for k in range(input_ptr[node], input_ptr[node + 1]):
-        tensor = input_tensors[k]
+        for e in range(num_devices):
+            trial_link[e, d] = link_free[e, d]
+            trial_channel[d, e] = channel_free[e]  # row d: the channels as a trial towards d sees them
+    order = _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer)
+    lo = input_ptr[node]
+    for k in order:
+        tensor = input_tensors[lo + k]
+        if queued:
+            if seen[tensor] == stamp:  # read twice: sent once
+                continue
+            seen[tensor] = stamp
         producer = tensor_producer[tensor]
         src = device_of[producer]
         done = finish[producer]
@@ -125,17 +163,41 @@ def _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free,
             elif received[tensor, d] < np.inf:
                 at = received[tensor, d]
             else:
-                at = (_transfer_start(comm, done, src, d, link_free, channel_free)
-                      + latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d])
+                took = latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d]
+                if comm == 0:
+                    at = max(done, trial_link[src, d]) + took
+                    if queued:
+                        trial_link[src, d] = at
+                else:
+                    at = max(done, trial_channel[d, src], trial_channel[d, d]) + took
+                    if queued:
+                        trial_channel[d, src] = max(done, trial_channel[d, src]) + took
+                        trial_channel[d, d] = at
             if at > arrival[node, d]:
                 arrival[node, d] = at
+
+
+@numba.njit(cache=True)
+def _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
+    """Positions of the node's inputs sorted by their producer's finish (insertion sort: a node
+    has few inputs; stable on ties)."""
+    lo, hi = input_ptr[node], input_ptr[node + 1]
+    order = np.empty(hi - lo, np.int64)
+    for k in range(hi - lo):
+        j = k
+        done = finish[tensor_producer[input_tensors[lo + k]]]
+        while j > 0 and finish[tensor_producer[input_tensors[lo + order[j - 1]]]] > done:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = k
+    return order
 
 
 @numba.njit(cache=True)
 def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, candidates, tie,
               class_memory, priority, pending, child_ptr, child_pairs, pair_dst, input_ptr,
               input_tensors, tensor_producer, tensor_bytes, control_ptr, control_parents,
-              favourite_child, favourite_bonus, comm, awake, tolerance):
+              favourite_child, favourite_bonus, comm, queued, awake, tolerance):
     """The m-ETF loop; returns (device of each node, memory used per device, stuck node or -1)."""
     n, num_devices = compute.shape
     num_tensors = tensor_producer.shape[0]
@@ -151,6 +213,10 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
     link_free = np.zeros((num_devices, num_devices))  # "link": one transfer at a time per link
     channel_free = np.zeros(num_devices)  # "channel": one per device, sends and receives
     received = np.full((num_tensors, num_devices), np.inf)  # when tensor t got to device d
+    trial_link = np.empty((num_devices, num_devices))  # scratch of _estimate_arrival
+    trial_channel = np.empty((num_devices, num_devices))
+    seen = np.zeros(num_tensors, np.int64)
+    calls = np.zeros(1, np.int64)
     link_version = 0  # bumped when transfers are queued: arrival rows computed before are stale
     fresh = np.zeros(n, np.int64)  # link_version each arrival row was computed at
     preferred_device = np.full(n, -1)  # the favourite parent's device, once placed ...
@@ -177,9 +243,9 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
                     continue
                 if fresh[child] != link_version:
                     _estimate_arrival(child, arrival, finish, device_of, link_free, channel_free,
-                                      comm, received, latency, inverse_bandwidth, input_ptr,
+                                      comm, queued, received, latency, inverse_bandwidth, input_ptr,
                                       input_tensors, tensor_producer, tensor_bytes, control_ptr,
-                                      control_parents)
+                                      control_parents, trial_link, trial_channel, seen, calls)
                     fresh[child] = link_version
                 least = _row_best(child, arrival, free, allowed, candidates, tie, class_device,
                                   class_memory, memory, used, usable, awake_for, False)
@@ -207,8 +273,9 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             if fresh[node] == link_version:
                 break
             _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm,
-                              received, latency, inverse_bandwidth, input_ptr, input_tensors,
-                              tensor_producer, tensor_bytes, control_ptr, control_parents)
+                              queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
+                              tensor_producer, tensor_bytes, control_ptr, control_parents,
+                              trial_link, trial_channel, seen, calls)
             fresh[node] = link_version
             best[pick] = _row_best(node, arrival, free, allowed, candidates, tie, class_device,
                                    class_memory, memory, used, usable, awake_for, awake)
@@ -237,17 +304,8 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
         inputs_at = 0.0
         for k in range(control_ptr[node], control_ptr[node + 1]):
             inputs_at = max(inputs_at, finish[control_parents[k]])
-        lo, hi = input_ptr[node], input_ptr[node + 1]
-        # Insertion sort by the producer's finish (a node has few inputs; stable on ties).
-        order = np.empty(hi - lo, np.int64)
-        for k in range(hi - lo):
-            j = k
-            done = finish[tensor_producer[input_tensors[lo + k]]]
-            while j > 0 and finish[tensor_producer[input_tensors[lo + order[j - 1]]]] > done:
-                order[j] = order[j - 1]
-                j -= 1
-            order[j] = k
-        for k in order:
+        lo = input_ptr[node]
+        for k in _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
             tensor = input_tensors[lo + k]
             producer = tensor_producer[tensor]
             src = device_of[producer]
@@ -290,8 +348,9 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             pending[child] -= 1
             if pending[child] == 0:
                 _estimate_arrival(child, arrival, finish, device_of, link_free, channel_free, comm,
-                                  received, latency, inverse_bandwidth, input_ptr, input_tensors,
-                                  tensor_producer, tensor_bytes, control_ptr, control_parents)
+                                  queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
+                                  tensor_producer, tensor_bytes, control_ptr, control_parents,
+                                  trial_link, trial_channel, seen, calls)
                 fresh[child] = link_version
                 ready[num_ready] = child
                 is_ready[child] = True

@@ -27,9 +27,9 @@ of two favourite-child rules (`RULES`):
 - "bonus", tfplaceto's earlier rule: ETF's order unchanged, and the favourite child goes to its
   parent's device when it starts there no later than on its best device plus the pair's transfer
   time.
-`place` tries every rule, cut-off (`CUTOFFS`) and communication model (`_common.COMM_MODELS`)
-and keeps the placement the simulator scores best (one LP, then a few millisecond schedules on a
-grouped graph); keyword arguments force any of them.
+`place` tries every rule, cut-off (`CUTOFFS`) and m-ETF schedule option (`m_etf.OPTIONS`: the
+communication model, tie break and input estimate) and keeps the placement the simulator scores
+best (one LP, then a few millisecond schedules on a grouped graph); keyword arguments fix any.
 
 The LP has one variable per data pair plus one per node; past MAX_LP_VARIABLES, or when HiGHS
 fails or runs out of time, m-SCT falls back to m-ETF (and warns).
@@ -37,6 +37,7 @@ fails or runs out of time, m-SCT falls back to m-ETF (and warns).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -54,31 +55,29 @@ CUTOFFS = (BAECHI_CUTOFF, 0.5)
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
-          comm_model: str | None = None, rule: str | None = None,
-          cutoff: float | None = None) -> np.ndarray:
-    """m-SCT with the given rule, cut-off and communication model (None: try each, keep the
-    placement the simulator scores best)."""
+          rule: str | None = None, cutoff: float | None = None, **schedule_options) -> np.ndarray:
+    """m-SCT with the given rule, cut-off and m-ETF schedule options (`m_etf.OPTIONS`: comm_model,
+    tie_break, inputs), trying every combination of those left None and keeping the placement
+    the simulator scores best."""
     del seed  # HiGHS and the schedule are deterministic
-    if rule is not None and rule not in RULES:
-        raise ValueError(f"unknown m_sct rule {rule!r}; choose from {', '.join(RULES)}")
+    if rule is not None:
+        _common.choice("m_sct rule", rule, RULES)
     if cutoff is not None and not 0.0 <= cutoff < 1.0:
         raise ValueError(f"m_sct cutoff must be in [0, 1), got {cutoff}")
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
     time_limit = LP_TIME_LIMIT_S if budget_s is None else max(1.0, 0.8 * budget_s)
-    models = _common.COMM_MODELS if comm_model is None else (comm_model,)
     solution = lp_solution(inst, time_limit)
     if solution is None:
-        return m_etf.place(problem, comm_model=comm_model)
+        return m_etf.place(problem, **schedule_options)
     variants = {}
     for each_cutoff in CUTOFFS if cutoff is None else (cutoff,):
         child, bonus = favourite_children(inst, *solution, cutoff=each_cutoff)
         for each_rule in RULES if rule is None else (rule,):
-            for model in models:
-                variants[each_rule, each_cutoff, model] = (
-                    lambda r=each_rule, m=model, c=child, b=bonus: m_etf.schedule(
-                        problem, inst, favourite_child=c, awake=r == "awake", comm_model=m,
-                        favourite_bonus=b if r == "bonus" else np.zeros_like(b)))
+            for options in _common.combinations(m_etf.OPTIONS, schedule_options):
+                variants[(each_rule, each_cutoff, *options.values())] = functools.partial(
+                    m_etf.schedule, problem, inst, favourite_child=child, awake=each_rule == "awake",
+                    favourite_bonus=bonus if each_rule == "bonus" else np.zeros_like(bonus), **options)
     return _common.best_of(problem, variants)[1]
 
 
