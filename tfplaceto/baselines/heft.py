@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfplaceto.baselines import _common
+from tfplaceto.baselines import _common, m_etf
 from tfplaceto.problem import Problem
 
 COMM_MODELS = ("none",) + _common.COMM_MODELS
@@ -59,8 +59,8 @@ def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none")
     used = np.zeros(num_devices)
     class_device = np.full(inst.num_classes, -1)
     finish = np.zeros(n)
-    device_of = np.full(n, -1, np.int64)
-    queues = _Queues(inst, comm) if comm else None
+    device_of = np.full(n, -1, np.int64)  # int64 and float64: the compiled queues' types
+    queues = _Queues(inst, comm_model) if comm else None
 
     for node in order:
         cls = inst.tie[node]
@@ -74,7 +74,7 @@ def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none")
             if len(devices) == 0:
                 raise _common.out_of_room(problem, inst, int(node), used)
         if queues is not None:
-            ready = queues.arrival(node, finish, device_of)
+            ready = queues.arrival_at(node, finish, device_of)
         else:
             parents = inst.parents_of(node)
             ready = np.zeros(num_devices)
@@ -88,7 +88,7 @@ def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none")
             if _common.earlier(end, best_finish):
                 best_finish, best_device, best_start = end, int(device), begin
         if queues is not None:  # queue the transfers (as the trial towards best_device did)
-            queues.arrival(node, finish, device_of, commit=best_device)
+            queues.commit(node, best_device, finish, device_of)
         at = np.searchsorted(starts[best_device], best_start, side="right")
         starts[best_device] = np.insert(starts[best_device], at, best_start)
         ends[best_device] = np.insert(ends[best_device], at, best_finish)
@@ -110,50 +110,32 @@ def _earliest_slot(starts: np.ndarray, ends: np.ndarray, ready: float, duration:
 
 
 class _Queues:
-    """Link (comm 1) or channel (comm 2) occupancy and the tensors already received where."""
+    """Link or channel occupancy and the tensors already received where, over m-ETF's compiled
+    estimate (`m_etf.estimate_arrival`, inputs queued) and commit (`m_etf.queue_inputs`)."""
 
-    def __init__(self, inst: _common.Instance, comm: int):
-        self.inst, self.channel = inst, comm == 2
-        d = inst.num_devices
-        self.link_free = np.zeros((d, d))
-        self.channel_free = np.zeros(d)
+    def __init__(self, inst: _common.Instance, comm_model: str):
+        self.inst = inst
+        self.comm = _common.COMM_MODELS.index(comm_model)
+        n, d = inst.num_nodes, inst.num_devices
+        self.link_free, self.channel_free = np.zeros((d, d)), np.zeros(d)
         self.received = np.full((len(inst.tensor_producer), d), np.inf)
+        self.arrival = np.zeros((n, d))
+        self.scratch = (np.empty((d, d)), np.empty((d, d)), np.zeros(len(inst.tensor_producer), np.int64),
+                        np.zeros(1, np.int64))
+        self.graph = tuple(m_etf.owned(a) for a in (
+            inst.latency, inst.inverse_bandwidth, inst.input_ptr, inst.input_tensors,
+            inst.tensor_producer, inst.tensor_bytes, inst.control_ptr, inst.control_parents))
 
-    def arrival(self, node: int, finish: np.ndarray, device_of: np.ndarray,
-                commit: int | None = None) -> np.ndarray:
-        """(D,) when the node's inputs could all be on each device, queueing its transfers in the
-        order their producers finished; with `commit`, queues them for real towards that device."""
-        inst = self.inst
-        d = inst.num_devices
-        ready = np.full(d, max(finish[inst.control_parents_of(node)], default=0.0))
-        tensors = inst.inputs_of(node)
-        tensors = tensors[np.argsort(finish[inst.tensor_producer[tensors]], kind="stable")]
-        targets = np.arange(d) if commit is None else np.array([commit])
-        # Trial copies of the queues, one per target device (a trial towards d sees only its own).
-        link_free = np.repeat(self.link_free[None], len(targets), 0)
-        channel_free = np.repeat(self.channel_free[None], len(targets), 0)
-        rows = np.arange(len(targets))
-        for tensor in tensors:
-            producer = inst.tensor_producer[tensor]
-            src, done = device_of[producer], finish[producer]
-            took = inst.latency[src, targets] + inst.tensor_bytes[tensor] * inst.inverse_bandwidth[src, targets]
-            if self.channel:
-                start = np.maximum(done, np.maximum(channel_free[rows, src], channel_free[rows, targets]))
-            else:
-                start = np.maximum(done, link_free[rows, src, targets])
-            received = self.received[tensor, targets]
-            send = (targets != src) & ~np.isfinite(received)
-            at = np.where(targets == src, done, np.where(send, start + took, received))
-            if self.channel:
-                sent = np.maximum(done, channel_free[rows, src]) + took
-                channel_free[rows[send], src] = sent[send]
-                channel_free[rows[send], targets[send]] = at[send]
-            else:
-                link_free[rows[send], src, targets[send]] = at[send]
-            if commit is not None and send[0]:
-                self.received[tensor, commit] = at[0]
-            ready[targets] = np.maximum(ready[targets], at)
-        if commit is not None:
-            self.link_free, self.channel_free = link_free[0], channel_free[0]
-            return float(ready[commit])
-        return ready
+    def arrival_at(self, node: int, finish: np.ndarray, device_of: np.ndarray) -> np.ndarray:
+        """(D,) when the node's inputs could all be on each device."""
+        latency, inverse_bandwidth, *csr = self.graph
+        m_etf.estimate_arrival(node, self.arrival, finish, device_of, self.link_free, self.channel_free,
+                               self.comm, True, self.received, latency, inverse_bandwidth, *csr,
+                               *self.scratch)
+        return self.arrival[node]
+
+    def commit(self, node: int, device: int, finish: np.ndarray, device_of: np.ndarray) -> None:
+        """Queues the node's transfers towards the device it was given."""
+        latency, inverse_bandwidth, *csr = self.graph
+        m_etf.queue_inputs(node, device, finish, device_of, self.link_free, self.channel_free,
+                           self.comm, self.received, latency, inverse_bandwidth, *csr)

@@ -92,7 +92,7 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
     else:
         priority = np.empty(n)
         priority[inst.order] = -np.arange(n, dtype=float)
-    device_of, used, stuck = _schedule(*(_owned(a) for a in (
+    device_of, used, stuck = _schedule(*(owned(a) for a in (
         problem.compute_s, inst.memory, streams, inst.latency, inst.inverse_bandwidth, inst.allowed,
         inst.candidates, inst.tie, inst.class_memory, priority,
         np.bincount(inst.pair_dst, minlength=n), inst.child_ptr, inst.child_pairs, inst.pair_dst,
@@ -104,7 +104,7 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
     return problem.tie(device_of.astype(np.int32))
 
 
-def _owned(array) -> np.ndarray:
+def owned(array) -> np.ndarray:
     """A writable C-contiguous int64/float64/bool copy: one numba specialization serves every
     call (read-only or int32 arrays would each compile another)."""
     array = np.asarray(array)
@@ -119,22 +119,15 @@ def _close(a, b, tolerance):
 
 
 @numba.njit(cache=True)
-def _transfer_start(comm, done, src, dst, link_free, channel_free):
-    """When a transfer of a tensor made at `done` can start (occupy its link / the receiver)."""
-    if comm == 0:  # link: one queue per directed link
-        return max(done, link_free[src, dst])
-    return max(done, channel_free[src], channel_free[dst])  # channel: both devices' channels
-
-
-@numba.njit(cache=True)
-def _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
+def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
                       latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
                       tensor_bytes, control_ptr, control_parents, trial_link, trial_channel, seen,
                       calls):
-    """When the node's inputs could be on each device: its missing tensors queued, in the order
-    their producers finished, behind the links' (channels') current transfers and behind each
-    other, as the commit will queue them. Transfers queued later by other nodes can only delay
-    them: a stale estimate is a lower bound. trial_*, seen: scratch; calls[0]: a call counter."""
+    """When the node's inputs could be on each device: its missing tensors, in the order their
+    producers finished, queued behind the links' (channels') current transfers and, if `queued`,
+    behind each other as the commit will queue them (else each as if alone). Transfers queued
+    later by other nodes can only delay them: a stale estimate is a lower bound.
+    trial_*, seen: scratch; calls[0]: a call counter. Shared with HEFT."""
     num_devices = arrival.shape[1]
     calls[0] += 1
     stamp = calls[0]
@@ -194,6 +187,42 @@ def _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer)
 
 
 @numba.njit(cache=True)
+def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm, received, latency,
+                 inverse_bandwidth, input_ptr, input_tensors, tensor_producer, tensor_bytes,
+                 control_ptr, control_parents):
+    """Queues the node's missing inputs towards `device`, in the order their producers finished,
+    on the links (comm 0) or channels (comm 1); returns (when all its inputs are there, how many
+    transfers were queued). Shared with HEFT."""
+    inputs_at = 0.0
+    for k in range(control_ptr[node], control_ptr[node + 1]):
+        inputs_at = max(inputs_at, finish[control_parents[k]])
+    lo = input_ptr[node]
+    sent = 0
+    for k in _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
+        tensor = input_tensors[lo + k]
+        producer = tensor_producer[tensor]
+        src = device_of[producer]
+        done = finish[producer]
+        if src == device:
+            at = done
+        elif received[tensor, device] < np.inf:
+            at = received[tensor, device]
+        else:
+            took = latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device]
+            if comm == 0:
+                at = max(done, link_free[src, device]) + took
+                link_free[src, device] = at
+            else:  # the sender's channel from its send start, the receiver's to the end
+                at = max(done, channel_free[src], channel_free[device]) + took
+                channel_free[src] = max(done, channel_free[src]) + took
+                channel_free[device] = at
+            received[tensor, device] = at
+            sent += 1
+        inputs_at = max(inputs_at, at)
+    return inputs_at, sent
+
+
+@numba.njit(cache=True)
 def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, candidates, tie,
               class_memory, priority, pending, child_ptr, child_pairs, pair_dst, input_ptr,
               input_tensors, tensor_producer, tensor_bytes, control_ptr, control_parents,
@@ -213,7 +242,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
     link_free = np.zeros((num_devices, num_devices))  # "link": one transfer at a time per link
     channel_free = np.zeros(num_devices)  # "channel": one per device, sends and receives
     received = np.full((num_tensors, num_devices), np.inf)  # when tensor t got to device d
-    trial_link = np.empty((num_devices, num_devices))  # scratch of _estimate_arrival
+    trial_link = np.empty((num_devices, num_devices))  # scratch of estimate_arrival
     trial_channel = np.empty((num_devices, num_devices))
     seen = np.zeros(num_tensors, np.int64)
     calls = np.zeros(1, np.int64)
@@ -242,7 +271,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
                 if child < 0 or not is_ready[child]:
                     continue
                 if fresh[child] != link_version:
-                    _estimate_arrival(child, arrival, finish, device_of, link_free, channel_free,
+                    estimate_arrival(child, arrival, finish, device_of, link_free, channel_free,
                                       comm, queued, received, latency, inverse_bandwidth, input_ptr,
                                       input_tensors, tensor_producer, tensor_bytes, control_ptr,
                                       control_parents, trial_link, trial_channel, seen, calls)
@@ -272,7 +301,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             node = ready[pick]
             if fresh[node] == link_version:
                 break
-            _estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm,
+            estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm,
                               queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
                               tensor_producer, tensor_bytes, control_ptr, control_parents,
                               trial_link, trial_channel, seen, calls)
@@ -301,30 +330,11 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
                     _close(key, device_key, tolerance) and end < device_finish):
                 device, device_key, device_finish = d, key, end
         # Commit: queue the missing inputs on the links to the device, in the order they were made.
-        inputs_at = 0.0
-        for k in range(control_ptr[node], control_ptr[node + 1]):
-            inputs_at = max(inputs_at, finish[control_parents[k]])
-        lo = input_ptr[node]
-        for k in _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
-            tensor = input_tensors[lo + k]
-            producer = tensor_producer[tensor]
-            src = device_of[producer]
-            if src == device:
-                at = finish[producer]
-            elif received[tensor, device] < np.inf:
-                at = received[tensor, device]
-            else:
-                start = _transfer_start(comm, finish[producer], src, device, link_free, channel_free)
-                took = latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device]
-                at = start + took
-                if comm == 0:
-                    link_free[src, device] = at
-                else:  # the sender's channel from its send start, the receiver's to the end
-                    channel_free[src] = max(finish[producer], channel_free[src]) + took
-                    channel_free[device] = at
-                received[tensor, device] = at
-                link_version += 1
-            inputs_at = max(inputs_at, at)
+        inputs_at, sent = queue_inputs(node, device, finish, device_of, link_free, channel_free,
+                                       comm, received, latency, inverse_bandwidth, input_ptr,
+                                       input_tensors, tensor_producer, tensor_bytes, control_ptr,
+                                       control_parents)
+        link_version += sent
         stream = np.argmin(stream_free[device])
         begin = max(inputs_at, stream_free[device, stream])
         finish[node] = begin + compute[node, device]
@@ -347,7 +357,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             child = pair_dst[child_pairs[k]]
             pending[child] -= 1
             if pending[child] == 0:
-                _estimate_arrival(child, arrival, finish, device_of, link_free, channel_free, comm,
+                estimate_arrival(child, arrival, finish, device_of, link_free, channel_free, comm,
                                   queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
                                   tensor_producer, tensor_bytes, control_ptr, control_parents,
                                   trial_link, trial_channel, seen, calls)
