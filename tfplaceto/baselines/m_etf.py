@@ -119,6 +119,24 @@ def _close(a, b, tolerance):
 
 
 @numba.njit(cache=True)
+def _send(comm, done, src, dst, took, links, channels, queue):
+    """When a transfer of `took` seconds, ready at `done`, arrives: after the link (src, dst) is
+    free (comm 0), or after both devices' channels are (comm 1). With `queue`, it occupies the
+    link until it arrives, or the sender's channel from its send start and the receiver's until
+    it arrives (Baechi's `send_tensor` / `recv_tensor`)."""
+    if comm == 0:
+        at = max(done, links[src, dst]) + took
+        if queue:
+            links[src, dst] = at
+    else:
+        at = max(done, channels[src], channels[dst]) + took
+        if queue:
+            channels[src] = max(done, channels[src]) + took
+            channels[dst] = at
+    return at
+
+
+@numba.njit(cache=True)
 def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
                       latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
                       tensor_bytes, control_ptr, control_parents, trial_link, trial_channel, seen,
@@ -157,15 +175,7 @@ def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, 
                 at = received[tensor, d]
             else:
                 took = latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d]
-                if comm == 0:
-                    at = max(done, trial_link[src, d]) + took
-                    if queued:
-                        trial_link[src, d] = at
-                else:
-                    at = max(done, trial_channel[d, src], trial_channel[d, d]) + took
-                    if queued:
-                        trial_channel[d, src] = max(done, trial_channel[d, src]) + took
-                        trial_channel[d, d] = at
+                at = _send(comm, done, src, d, took, trial_link, trial_channel[d], queued)
             if at > arrival[node, d]:
                 arrival[node, d] = at
 
@@ -209,13 +219,7 @@ def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm,
             at = received[tensor, device]
         else:
             took = latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device]
-            if comm == 0:
-                at = max(done, link_free[src, device]) + took
-                link_free[src, device] = at
-            else:  # the sender's channel from its send start, the receiver's to the end
-                at = max(done, channel_free[src], channel_free[device]) + took
-                channel_free[src] = max(done, channel_free[src]) + took
-                channel_free[device] = at
+            at = _send(comm, done, src, device, took, link_free, channel_free, True)
             received[tensor, device] = at
             sent += 1
         inputs_at = max(inputs_at, at)
