@@ -340,6 +340,8 @@ def test_m_sct_cutoff_decides_which_lp_values_count_as_favourite():
     assert (m_sct.favourite_children(inst, data, half + 0.45, cutoff=0.1)[0] >= 0).sum() == 6
     with pytest.raises(ValueError, match="cutoff"):
         m_sct.place(problem, cutoff=1.0)
+    with pytest.raises(TypeError, match="comm"):
+        m_sct.place(problem, comm="link")
 
 
 def test_expert_rnn_hint_puts_layer_i_on_gpu_i_and_the_head_last():

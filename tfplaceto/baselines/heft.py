@@ -114,7 +114,6 @@ class _Queues:
     estimate (`m_etf.estimate_arrival`, inputs queued) and commit (`m_etf.queue_inputs`)."""
 
     def __init__(self, inst: _common.Instance, comm_model: str):
-        self.inst = inst
         self.comm = _common.COMM_MODELS.index(comm_model)
         n, d = inst.num_nodes, inst.num_devices
         self.link_free, self.channel_free = np.zeros((d, d)), np.zeros(d)

@@ -64,6 +64,10 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
         _common.choice("m_sct rule", rule, RULES)
     if cutoff is not None and not 0.0 <= cutoff < 1.0:
         raise ValueError(f"m_sct cutoff must be in [0, 1), got {cutoff}")
+    unknown = set(schedule_options) - set(m_etf.OPTIONS)
+    if unknown:
+        raise TypeError(f"m_sct.place got unknown options {sorted(unknown)}; known: "
+                        f"rule, cutoff, {', '.join(m_etf.OPTIONS)}")
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
     time_limit = LP_TIME_LIMIT_S if budget_s is None else max(1.0, 0.8 * budget_s)
