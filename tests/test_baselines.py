@@ -5,6 +5,9 @@ given directly, so every expected answer can be worked out on paper:
 - two independent equal chains on two devices: the optimum runs one chain per device;
 - a chain whose every split only adds transfers: the optimum keeps it on one device;
 - persistent memory that fits only when split; an op bigger than every device;
+- m-ETF's options: fan-outs where per-link queues and Baechi's one channel per device give
+  different placements, each the better one on a graph of its own; inputs queued or parallel;
+  tie breaks; m-SCT's awake device and cut-off;
 - random DAGs: kernels, Baechi memory, ties and determinism; local search never worse than start.
 """
 
@@ -16,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfplaceto import baselines, errors
-from tfplaceto.baselines import _common, local_search, m_etf, m_sct
+from tfplaceto.baselines import _common, heft, local_search, m_etf, m_sct, m_topo
 from tfplaceto.cluster import Cluster, Device, Link
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.problem import Problem, allowed_devices
@@ -152,7 +155,12 @@ def test_the_host_takes_what_no_accelerator_has_room_for(method):
 
 def test_m_topo_cuts_a_chain_into_equal_stages():
     problem = problem_of(dag(8, chain_edges(list(range(8)))), make_cluster(4), np.full(8, 1 * MS))
-    assert place("m_topo", problem).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert m_topo.place(problem, rule="share").tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    # Baechi's rule fills each device up to 8 / 4 + 1 = 3 nodes' memory: fewer, longer stages,
+    # which on a chain means fewer transfers, so the best of both is Baechi's.
+    fill = m_topo.place(problem, rule="fill")
+    assert fill.tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert place("m_topo", problem).tolist() == fill.tolist()
 
 
 def test_heft_finds_the_earliest_idle_gap():
@@ -194,7 +202,8 @@ def test_m_sct_favourite_children_follow_the_lp():
     # A fork 0 -> {1, 2} with a heavy edge to 1: 1 is 0's favourite child.
     graph = make_op_graph(["a", "b", "c"], ["Op"] * 3, [0, 0], [100_000_000, 1000], [0, 1], [1, 2])
     problem = problem_of(graph, make_cluster(2), np.full(3, 1 * MS))
-    child, bonus = m_sct.favourite_children(_common.prepare(problem))
+    inst = _common.prepare(problem)
+    child, bonus = m_sct.favourite_children(inst, *m_sct.lp_solution(inst))
     assert child.tolist() == [1, -1, -1] and bonus[0] > 0.09  # 100 MB at 1 GB/s
 
 
@@ -204,6 +213,135 @@ def test_m_sct_falls_back_to_m_etf_when_the_lp_is_too_big(monkeypatch):
     with pytest.warns(UserWarning, match="falling back to m_etf"):
         device_of = place("m_sct", problem)
     assert device_of.tolist() == place("m_etf", problem).tolist()
+
+
+# -- communication models: per-link queues (the simulator's) and Baechi's per-device channel --------
+
+def fan_out(join_bytes=None) -> Problem:
+    """Node 0 sends a 0.6 MB tensor to each of three 1 ms children (0.6 ms over a 1 GB/s link, no
+    latency); with join_bytes, the children's outputs (those sizes) meet in a fourth node."""
+    producers, sizes, edge_tensor, edge_consumer = [0, 0, 0], [600_000] * 3, [0, 1, 2], [1, 2, 3]
+    n = 4
+    if join_bytes is not None:
+        producers += [1, 2, 3]
+        sizes += list(join_bytes)
+        edge_tensor += [3, 4, 5]
+        edge_consumer += [4, 4, 4]
+        n = 5
+    graph = make_op_graph([f"n{i}" for i in range(n)], ["Op"] * n, producers, sizes, edge_tensor,
+                          edge_consumer)
+    return problem_of(graph, make_cluster(3, latency=0.0), np.full(n, 1 * MS))
+
+
+def test_fan_out_splits_under_link_queues_and_less_under_one_channel():
+    # Per link, each child's tensor has its own link: children 2 and 3 start remotely at 1.6 ms,
+    # before device 0 is free again (2 ms). With one channel per device, device 0 sends the two
+    # tensors one after the other, so child 3 could start remotely only at 2.2 ms: it stays home.
+    problem = fan_out()
+    link = m_etf.place(problem, comm_model="link")
+    channel = m_etf.place(problem, comm_model="channel")
+    assert link.tolist() == [0, 0, 1, 2] and channel.tolist() == [0, 0, 1, 0]
+    simulator = problem.simulator()
+    assert simulator.run(link)[0] == pytest.approx(2.6 * MS)
+    assert simulator.run(channel)[0] == pytest.approx(3.0 * MS)
+    assert m_etf.place(problem).tolist() == link.tolist()  # the simulator has link queues
+
+
+def test_channel_pessimism_keeps_a_child_whose_output_is_costly_to_bring_back():
+    # The same fan-out, joined: child 1's 3 MB output keeps the join on device 0; child 2 returns
+    # 0.2 MB, child 3 1 MB. Link queues send child 3 away (it starts earlier there) and the join
+    # waits for its 1 MB to come back (4.6 ms); the channel model keeps it home (4.0 ms).
+    problem = fan_out(join_bytes=(3_000_000, 200_000, 1_000_000))
+    link = m_etf.place(problem, comm_model="link")
+    channel = m_etf.place(problem, comm_model="channel")
+    assert link.tolist() == [0, 0, 1, 2, 0] and channel.tolist() == [0, 0, 1, 0, 0]
+    simulator = problem.simulator()
+    assert simulator.run(link)[0] == pytest.approx(4.6 * MS)
+    assert simulator.run(channel)[0] == pytest.approx(4.0 * MS)
+    assert m_etf.place(problem).tolist() == channel.tolist()  # best of both: never Baechi's worse
+    # m-SCT schedules under the same two models (with its rules) and finds the 4.0 ms placement too.
+    assert simulator.run(place("m_sct", problem))[0] == pytest.approx(4.0 * MS)
+
+
+def test_inputs_from_one_producer_queue_behind_each_other():
+    # Node 0 sends node 2 two 0.6 MB tensors; node 1 (lower index, equal level) takes device 0
+    # first. Estimated as if alone, the tensors reach device 1 at 1.6 ms, before device 0 frees
+    # (2 ms), but they really arrive at 2.2 ms (one link); queued, the estimate is exact.
+    graph = make_op_graph(["n0", "n1", "n2"], ["Op"] * 3, [0, 0, 0], [1000, 600_000, 600_000],
+                          [0, 1, 2], [1, 2, 2])
+    problem = problem_of(graph, make_cluster(2, latency=0.0), np.full(3, 1 * MS))
+    options = {"comm_model": "link", "tie_break": "level"}
+    parallel = m_etf.place(problem, inputs="parallel", **options)
+    queued = m_etf.place(problem, inputs="queued", **options)
+    assert parallel.tolist() == [0, 0, 1] and queued.tolist() == [0, 0, 0]
+    simulator = problem.simulator()
+    assert simulator.run(parallel)[0] == pytest.approx(3.2 * MS)
+    assert simulator.run(queued)[0] == pytest.approx(3.0 * MS)
+
+
+def test_ties_go_to_the_longer_path_or_the_topological_order():
+    # Node 0 feeds 1 (a 1 ms leaf) and 2 (1 ms, then 5 ms in node 3), 0.5 ms away on device 1.
+    # Longest path first: 2 stays with 0 and 1 goes remote (7 ms); topological order: 1 stays and
+    # 2 and 3 go remote (7.5 ms).
+    problem = problem_of(dag(4, [(0, 1), (0, 2), (2, 3)], tensor_bytes=500_000),
+                         make_cluster(2, latency=0.0), [1 * MS, 1 * MS, 1 * MS, 5 * MS])
+    options = {"comm_model": "link", "inputs": "queued"}
+    level = m_etf.place(problem, tie_break="level", **options)
+    topo = m_etf.place(problem, tie_break="topo", **options)
+    assert level.tolist() == [0, 1, 0, 0] and topo.tolist() == [0, 0, 1, 1]
+    assert problem.simulator().run(level)[0] == pytest.approx(7 * MS)
+    assert problem.simulator().run(topo)[0] == pytest.approx(7.5 * MS)
+    assert m_etf.place(problem).tolist() == level.tolist()
+
+
+@pytest.mark.parametrize("model", ("none",) + _common.COMM_MODELS)
+def test_heft_queues_transfers_by_model(model):
+    # HEFT's own model lets all three transfers overlap; link queues too (one link each); one
+    # channel serializes device 0's sends, so the third child (finishing at 3.2 ms remotely)
+    # stays on device 0 (3 ms).
+    problem = fan_out()
+    expected = [0, 0, 1, 0] if model == "channel" else [0, 0, 1, 2]
+    assert heft.place(problem, comm_model=model).tolist() == expected
+
+
+def test_unknown_comm_model_is_a_value_error():
+    with pytest.raises(ValueError, match="choose from link, channel"):
+        m_etf.place(fan_out(), comm_model="bus")
+
+
+def sct_problem() -> Problem:
+    """Node 0 (1 ms) feeds child 1 (1 ms) a 20 MB tensor and child 2 (3 ms, then 3 ms more in
+    node 3) 100 bytes: 1 is 0's favourite child; 2 has the longer path, so ETF takes it first."""
+    graph = make_op_graph([f"n{i}" for i in range(4)], ["Op"] * 4, [0, 0, 2], [20_000_000, 100, 1000],
+                          [0, 1, 2], [1, 2, 3])
+    return problem_of(graph, make_cluster(2, latency=0.0), [1 * MS, 1 * MS, 3 * MS, 3 * MS])
+
+
+def test_m_sct_awake_device_waits_for_the_favourite_child():
+    problem = sct_problem()
+    inst = _common.prepare(problem)
+    child, _ = m_sct.favourite_children(inst, *m_sct.lp_solution(inst), cutoff=m_sct.BAECHI_CUTOFF)
+    assert child[0] == 1
+    # The paper's rule: device 0 is awake for child 1, so node 2 (not urgent: it can start at
+    # 1.0001 ms on device 1) goes to device 1 and child 1 runs at once after its parent.
+    options = {"comm_model": "link", "tie_break": "level", "inputs": "queued"}
+    assert m_sct.place(problem, rule="awake", **options).tolist()[:3] == [0, 0, 1]
+    # tfplaceto's bonus rule keeps ETF's order: node 2 takes device 0 first, and child 1 still
+    # goes there (at 4 ms, against 21 ms after its transfer to device 1).
+    assert m_sct.place(problem, rule="bonus", **options).tolist()[:3] == [0, 0, 0]
+
+
+def test_m_sct_cutoff_decides_which_lp_values_count_as_favourite():
+    problem = two_chains()
+    inst = _common.prepare(problem)
+    data, y = m_sct.lp_solution(inst)
+    half = np.full_like(y, 0.5)
+    assert (m_sct.favourite_children(inst, data, half, cutoff=0.1)[0] == -1).all()  # needs y > 0.9
+    assert (m_sct.favourite_children(inst, data, half + 0.45, cutoff=0.1)[0] >= 0).sum() == 6
+    with pytest.raises(ValueError, match="cutoff"):
+        m_sct.place(problem, cutoff=1.0)
+    with pytest.raises(TypeError, match="comm"):
+        m_sct.place(problem, comm="link")
 
 
 def test_expert_rnn_hint_puts_layer_i_on_gpu_i_and_the_head_last():

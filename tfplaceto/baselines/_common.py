@@ -17,11 +17,24 @@ Every placer here works on a `Problem` (tfplaceto/problem.py) through one precom
 
 `repair` turns any assignment (a partition, a name-based guess) into a feasible one; it is used by
 the placers that do not build their answer device by device (METIS, expert).
+
+Communication models of the list schedulers (m-ETF, m-SCT, HEFT), `COMM_MODELS`:
+- "link": a queue per directed link (src, dst), one transfer at a time: the simulator's model;
+- "channel": Baechi's (`placer/device.py`): one channel per device, shared by all its sends and
+  receives; a transfer starts sending when the producer is done and the sender's channel is free,
+  starts receiving when that has happened and the receiver's channel is free, and ends a transfer
+  time later; it holds the sender's channel for a transfer time from its send start and the
+  receiver's until it ends. More pessimistic under fan-out/fan-in, so it splits less.
+Neither model is right for every graph (the simulator has the link queues, but a placer that
+believes them splits too eagerly where its other approximations are optimistic), so the placers
+try several and `best_of` keeps the placement the simulator scores best: the published
+algorithm's model never beats ours on the same problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,6 +44,8 @@ from tfplaceto.problem import Problem
 # Relative tolerance under which two start/finish times count as equal (float sums of different
 # paths differ in the last bits; ties are then broken by a deterministic rule instead).
 TIME_TOLERANCE = 1e-9
+# See the module docstring; the index of a name is its code in the compiled schedulers.
+COMM_MODELS = ("link", "channel")
 
 
 def earlier(a: float, b: float) -> bool:
@@ -241,6 +256,44 @@ def out_of_room(problem: Problem, inst: Instance, node: int, used: np.ndarray) -
     return unplaceable(problem, node, inst.class_memory[inst.tie[node]],
                        "memory (persistent + outputs, Baechi's estimate)",
                        f"the devices it can run on have only this much left: {free}")
+
+
+def choice(what: str, value, choices: tuple) -> int:
+    """The index of value in choices; ValueError naming the choices otherwise."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose from {', '.join(map(str, choices))}")
+    return choices.index(value)
+
+
+def combinations(options: dict[str, tuple], fixed: dict[str, object]) -> list[dict[str, object]]:
+    """Every combination of the options (name -> choices), with the names fixed to a value other
+    than None taking that value only: the variants a best-of placer schedules."""
+    combos = [{}]
+    for name, choices in options.items():
+        values = choices if fixed.get(name) is None else (fixed[name],)
+        combos = [dict(combo, **{name: value}) for combo in combos for value in values]
+    return combos
+
+
+def best_of(problem: Problem, variants: dict[str, Callable[[], np.ndarray]]) -> tuple[str, np.ndarray]:
+    """(name, placement) of the variant the simulator scores best: no OOM first, then the
+    shortest step, then the first listed. A variant that raises UnplaceableError is skipped;
+    the first such error is raised again when every variant raised one."""
+    simulator = problem.simulator()
+    best, best_key, failure = None, None, None
+    for name, make in variants.items():
+        try:
+            placement = make()
+        except errors.UnplaceableError as error:
+            failure = failure or error
+            continue
+        step_time, _, oom = simulator.run(placement)
+        key = (bool(oom), float(step_time))
+        if best_key is None or key < best_key:
+            best, best_key = (name, placement), key
+    if best is None:
+        raise failure
+    return best
 
 
 # -- repair ------------------------------------------------------------------------------------

@@ -12,11 +12,24 @@ the accelerators, and the host only for a node no accelerator has room for (or k
 Ties (colocation classes) are placed whole: the first member scheduled fixes the device of its
 class and reserves the class's memory there; later members may only start on that device.
 
-Transfers are modelled as the simulator does (tfplaceto/sim/kernel.py): one per tensor and
-destination device, each link carrying one at a time in the order they are queued. A node's input
-arrival times are estimated when it becomes ready and re-estimated lazily: the links only fill up,
-so a stale estimate is a lower bound, and re-estimating the apparent winner until it stays the
-winner picks the true earliest start under the model. The committed start queues the transfers.
+Transfers are modelled per tensor and destination device, under one of two communication models
+(`_common.COMM_MODELS`): "link", the simulator's (tfplaceto/sim/kernel.py: each directed link
+carries one transfer at a time, in the order they are queued), or "channel", Baechi's (each
+device has one channel shared by all its sends and receives). A node's input arrival times are
+estimated when it becomes ready and re-estimated lazily: links and channels only fill up, so a
+stale estimate is a lower bound, and re-estimating the apparent winner until it stays the winner
+picks the earliest start under the estimate. The committed start queues the transfers.
+
+Options (`OPTIONS`), each a different greedy, none best on every graph; `place` schedules every
+combination and keeps the placement the simulator scores best (one schedule costs milliseconds
+on a grouped graph), keyword arguments fix any of them:
+- comm_model: "link" or "channel" (above). Baechi's channel is more pessimistic under fan-out
+  and fan-in, so it splits less, which pays where ETF's greed would split too eagerly;
+- tie_break among equal starts: "level" (the longer path to an exit first) or "topo" (the
+  earlier in topological order, as Baechi's code does);
+- inputs: "queued" estimates a node's own missing inputs queued behind each other, as the
+  commit will queue them (exact under the model); "parallel" lets each arrive as if alone (the
+  estimate of tfplaceto's earlier m-ETF, optimistic for a group that reads many tensors).
 
 `schedule` is shared with m-SCT, which adds a preference for favourite children. The loop is
 compiled with numba (O(ready nodes x devices) per step): the NASNet-Mobile training graph at op
@@ -25,46 +38,73 @@ level (~20,000 ops, 9 devices) schedules in a few seconds.
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
 from tfplaceto.baselines import _common
 from tfplaceto.problem import Problem
 
+TIE_BREAKS = ("level", "topo")
+INPUTS = ("queued", "parallel")
+# The schedule's options (module docstring); `place` tries every combination not fixed.
+OPTIONS = {"comm_model": _common.COMM_MODELS, "tie_break": TIE_BREAKS, "inputs": INPUTS}
 
-def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
-    del seed, budget_s  # deterministic, one pass
+
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
+          comm_model: str | None = None, tie_break: str | None = None,
+          inputs: str | None = None) -> np.ndarray:
+    """m-ETF with the given options, trying every combination of those left None (`OPTIONS`)
+    and keeping the placement the simulator scores best."""
+    del seed, budget_s  # deterministic, one pass per variant
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
-    return schedule(problem, inst)
+    fixed = {"comm_model": comm_model, "tie_break": tie_break, "inputs": inputs}
+    return _common.best_of(problem, {
+        tuple(v.values()): functools.partial(schedule, problem, inst, **v)
+        for v in _common.combinations(OPTIONS, fixed)})[1]
 
 
 def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarray | None = None,
-             favourite_bonus: np.ndarray | None = None) -> np.ndarray:
+             favourite_bonus: np.ndarray | None = None, comm_model: str = "link",
+             awake: bool = False, tie_break: str = "level", inputs: str = "queued") -> np.ndarray:
     """Earliest-start list scheduling; returns the device of every node.
 
     favourite_child[p] (or -1) and favourite_bonus[p] (seconds): once p is placed on device d,
     its favourite child, when picked, goes to d if it starts there at most the bonus later than
     on its best device (m-SCT's preference; the bonus does not change which node goes next).
+    awake: the SCT rule instead (Hanen and Munier; Baechi's `SCTDevice`): a device whose last
+    node's favourite child is ready and starts earliest there is "awake" for it: any other node
+    starts there no earlier than its urgent time (its latest start over its usable devices, when
+    waiting for a device no longer helps it), so the device stays free for the child unless
+    another node becomes urgent first.
     """
     n = inst.num_nodes
+    comm = _common.choice("communication model", comm_model, _common.COMM_MODELS)
+    _common.choice("tie break", tie_break, TIE_BREAKS)
+    _common.choice("inputs estimate", inputs, INPUTS)
     if favourite_child is None:
         favourite_child, favourite_bonus = np.full(n, -1, np.int64), np.zeros(n)
     streams = np.array([d.streams for d in problem.cluster.devices], np.int64)
-    priority = inst.bottom_level(np.where(np.isfinite(inst.fastest), inst.fastest, 0.0))
-    device_of, used, stuck = _schedule(*(_owned(a) for a in (
+    if tie_break == "level":
+        priority = inst.bottom_level(np.where(np.isfinite(inst.fastest), inst.fastest, 0.0))
+    else:
+        priority = np.empty(n)
+        priority[inst.order] = -np.arange(n, dtype=float)
+    device_of, used, stuck = _schedule(*(owned(a) for a in (
         problem.compute_s, inst.memory, streams, inst.latency, inst.inverse_bandwidth, inst.allowed,
         inst.candidates, inst.tie, inst.class_memory, priority,
         np.bincount(inst.pair_dst, minlength=n), inst.child_ptr, inst.child_pairs, inst.pair_dst,
         inst.input_ptr, inst.input_tensors, inst.tensor_producer, inst.tensor_bytes,
         inst.control_ptr, inst.control_parents, favourite_child, favourite_bonus)),
-        _common.TIME_TOLERANCE)
+        comm, inputs == "queued", awake, _common.TIME_TOLERANCE)
     if stuck >= 0:  # nothing placed later frees memory: it never fits
         raise _common.out_of_room(problem, inst, int(stuck), used)
     return problem.tie(device_of.astype(np.int32))
 
 
-def _owned(array) -> np.ndarray:
+def owned(array) -> np.ndarray:
     """A writable C-contiguous int64/float64/bool copy: one numba specialization serves every
     call (read-only or int32 arrays would each compile another)."""
     array = np.asarray(array)
@@ -79,19 +119,52 @@ def _close(a, b, tolerance):
 
 
 @numba.njit(cache=True)
-def _estimate_arrival(node, arrival, finish, device_of, link_free, received, latency,
-                      inverse_bandwidth, input_ptr, input_tensors, tensor_producer, tensor_bytes,
-                      control_ptr, control_parents):
-    """When the node's inputs could be on each device, queued behind the links' current
-    transfers (transfers queued later can only delay them: a stale estimate is a lower bound)."""
+def _send(comm, done, src, dst, took, links, channels, queue):
+    """When a transfer of `took` seconds, ready at `done`, arrives: after the link (src, dst) is
+    free (comm 0), or after both devices' channels are (comm 1). With `queue`, it occupies the
+    link until it arrives, or the sender's channel from its send start and the receiver's until
+    it arrives (Baechi's `send_tensor` / `recv_tensor`)."""
+    if comm == 0:
+        at = max(done, links[src, dst]) + took
+        if queue:
+            links[src, dst] = at
+    else:
+        at = max(done, channels[src], channels[dst]) + took
+        if queue:
+            channels[src] = max(done, channels[src]) + took
+            channels[dst] = at
+    return at
+
+
+@numba.njit(cache=True)
+def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
+                      latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
+                      tensor_bytes, control_ptr, control_parents, trial_link, trial_channel, seen,
+                      calls):
+    """When the node's inputs could be on each device: its missing tensors, in the order their
+    producers finished, queued behind the links' (channels') current transfers and, if `queued`,
+    behind each other as the commit will queue them (else each as if alone). Transfers queued
+    later by other nodes can only delay them: a stale estimate is a lower bound.
+    trial_*, seen: scratch; calls[0]: a call counter. Shared with HEFT."""
     num_devices = arrival.shape[1]
+    calls[0] += 1
+    stamp = calls[0]
     latest = 0.0
     for k in range(control_ptr[node], control_ptr[node + 1]):
         latest = max(latest, finish[control_parents[k]])
     for d in range(num_devices):
         arrival[node, d] = latest
-    for k in range(input_ptr[node], input_ptr[node + 1]):
-        tensor = input_tensors[k]
+        for e in range(num_devices):
+            trial_link[e, d] = link_free[e, d]
+            trial_channel[d, e] = channel_free[e]  # row d: the channels as a trial towards d sees them
+    order = _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer)
+    lo = input_ptr[node]
+    for k in order:
+        tensor = input_tensors[lo + k]
+        if queued:
+            if seen[tensor] == stamp:  # read twice: sent once
+                continue
+            seen[tensor] = stamp
         producer = tensor_producer[tensor]
         src = device_of[producer]
         done = finish[producer]
@@ -101,17 +174,63 @@ def _estimate_arrival(node, arrival, finish, device_of, link_free, received, lat
             elif received[tensor, d] < np.inf:
                 at = received[tensor, d]
             else:
-                at = (max(done, link_free[src, d]) + latency[src, d]
-                      + tensor_bytes[tensor] * inverse_bandwidth[src, d])
+                took = latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d]
+                at = _send(comm, done, src, d, took, trial_link, trial_channel[d], queued)
             if at > arrival[node, d]:
                 arrival[node, d] = at
+
+
+@numba.njit(cache=True)
+def _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
+    """Positions of the node's inputs sorted by their producer's finish (insertion sort: a node
+    has few inputs; stable on ties)."""
+    lo, hi = input_ptr[node], input_ptr[node + 1]
+    order = np.empty(hi - lo, np.int64)
+    for k in range(hi - lo):
+        j = k
+        done = finish[tensor_producer[input_tensors[lo + k]]]
+        while j > 0 and finish[tensor_producer[input_tensors[lo + order[j - 1]]]] > done:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = k
+    return order
+
+
+@numba.njit(cache=True)
+def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm, received, latency,
+                 inverse_bandwidth, input_ptr, input_tensors, tensor_producer, tensor_bytes,
+                 control_ptr, control_parents):
+    """Queues the node's missing inputs towards `device`, in the order their producers finished,
+    on the links (comm 0) or channels (comm 1); returns (when all its inputs are there, how many
+    transfers were queued). Shared with HEFT."""
+    inputs_at = 0.0
+    for k in range(control_ptr[node], control_ptr[node + 1]):
+        inputs_at = max(inputs_at, finish[control_parents[k]])
+    lo = input_ptr[node]
+    sent = 0
+    for k in _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer):
+        tensor = input_tensors[lo + k]
+        producer = tensor_producer[tensor]
+        src = device_of[producer]
+        done = finish[producer]
+        if src == device:
+            at = done
+        elif received[tensor, device] < np.inf:
+            at = received[tensor, device]
+        else:
+            took = latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device]
+            at = _send(comm, done, src, device, took, link_free, channel_free, True)
+            received[tensor, device] = at
+            sent += 1
+        inputs_at = max(inputs_at, at)
+    return inputs_at, sent
 
 
 @numba.njit(cache=True)
 def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, candidates, tie,
               class_memory, priority, pending, child_ptr, child_pairs, pair_dst, input_ptr,
               input_tensors, tensor_producer, tensor_bytes, control_ptr, control_parents,
-              favourite_child, favourite_bonus, tolerance):
+              favourite_child, favourite_bonus, comm, queued, awake, tolerance):
     """The m-ETF loop; returns (device of each node, memory used per device, stuck node or -1)."""
     n, num_devices = compute.shape
     num_tensors = tensor_producer.shape[0]
@@ -124,28 +243,53 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
     arrival = np.zeros((n, num_devices))
     finish = np.zeros(n)
     device_of = np.full(n, -1)
-    link_free = np.zeros((num_devices, num_devices))  # one transfer at a time per link
+    link_free = np.zeros((num_devices, num_devices))  # "link": one transfer at a time per link
+    channel_free = np.zeros(num_devices)  # "channel": one per device, sends and receives
     received = np.full((num_tensors, num_devices), np.inf)  # when tensor t got to device d
+    trial_link = np.empty((num_devices, num_devices))  # scratch of estimate_arrival
+    trial_channel = np.empty((num_devices, num_devices))
+    seen = np.zeros(num_tensors, np.int64)
+    calls = np.zeros(1, np.int64)
     link_version = 0  # bumped when transfers are queued: arrival rows computed before are stale
     fresh = np.zeros(n, np.int64)  # link_version each arrival row was computed at
     preferred_device = np.full(n, -1)  # the favourite parent's device, once placed ...
     preferred_bonus = np.zeros(n)  # ... and how much later the node may start there
+    last_node = np.full(num_devices, -1)  # the node last placed on each device (awake rule)
+    awake_for = np.full(num_devices, -1)  # the favourite child each device is awake for, or -1
+    is_ready = np.zeros(n, np.bool_)
     ready = np.empty(n, np.int64)  # the ready nodes, unordered
     num_ready = 0
     for node in range(n):
         if pending[node] == 0:
             ready[num_ready] = node
+            is_ready[node] = True
             num_ready += 1
     best = np.empty(n)  # per ready slot: earliest usable start
     usable = np.zeros(num_devices, np.bool_)  # scratch: the devices _row_best allows
 
     for _ in range(n):
+        if awake:  # which devices wait for their last node's favourite child
+            for d in range(num_devices):
+                awake_for[d] = -1
+                child = favourite_child[last_node[d]] if last_node[d] >= 0 else -1
+                if child < 0 or not is_ready[child]:
+                    continue
+                if fresh[child] != link_version:
+                    estimate_arrival(child, arrival, finish, device_of, link_free, channel_free,
+                                      comm, queued, received, latency, inverse_bandwidth, input_ptr,
+                                      input_tensors, tensor_producer, tensor_bytes, control_ptr,
+                                      control_parents, trial_link, trial_channel, seen, calls)
+                    fresh[child] = link_version
+                least = _row_best(child, arrival, free, allowed, candidates, tie, class_device,
+                                  class_memory, memory, used, usable, awake_for, False)
+                if usable[d] and _close(max(arrival[child, d], free[d]), least, tolerance):
+                    awake_for[d] = child
         # Earliest start of every ready node over its usable devices: allowed ones with room for
         # its class (or its class's device), accelerators first, the host only as a fallback.
         for slot in range(num_ready):
             node = ready[slot]
             best[slot] = _row_best(node, arrival, free, allowed, candidates, tie, class_device,
-                                   class_memory, memory, used, usable)
+                                   class_memory, memory, used, usable, awake_for, awake)
             if best[slot] == np.inf:
                 return device_of, used, node
         # Lazy exact selection: refresh the apparent winner's estimate until it stays the winner.
@@ -161,61 +305,48 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             node = ready[pick]
             if fresh[node] == link_version:
                 break
-            _estimate_arrival(node, arrival, finish, device_of, link_free, received, latency,
-                              inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
-                              tensor_bytes, control_ptr, control_parents)
+            estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm,
+                              queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
+                              tensor_producer, tensor_bytes, control_ptr, control_parents,
+                              trial_link, trial_channel, seen, calls)
             fresh[node] = link_version
             best[pick] = _row_best(node, arrival, free, allowed, candidates, tie, class_device,
-                                   class_memory, memory, used, usable)
-        # The device: least key (start, minus the bonus on the favourite parent's device), then
-        # earliest finish, then lowest index.
+                                   class_memory, memory, used, usable, awake_for, awake)
+        # The device: least key (start, delayed to the urgent time on a device awake for another
+        # node, minus the bonus on the favourite parent's device), then earliest finish, then
+        # lowest index.
         _row_best(node, arrival, free, allowed, candidates, tie, class_device, class_memory, memory,
-                  used, usable)
+                  used, usable, awake_for, False)
+        urgent = 0.0
+        for d in range(num_devices):
+            if usable[d]:
+                urgent = max(urgent, max(arrival[node, d], free[d]))
         device, device_key, device_finish = -1, np.inf, np.inf
         for d in range(num_devices):
             if not usable[d]:
                 continue
             start = max(arrival[node, d], free[d])
             key = start - (preferred_bonus[node] if d == preferred_device[node] else 0.0)
+            if awake and awake_for[d] >= 0 and awake_for[d] != node:
+                key = max(key, urgent)
             end = start + compute[node, d]
             if device < 0 or (not _close(key, device_key, tolerance) and key < device_key) or (
                     _close(key, device_key, tolerance) and end < device_finish):
                 device, device_key, device_finish = d, key, end
         # Commit: queue the missing inputs on the links to the device, in the order they were made.
-        inputs_at = 0.0
-        for k in range(control_ptr[node], control_ptr[node + 1]):
-            inputs_at = max(inputs_at, finish[control_parents[k]])
-        lo, hi = input_ptr[node], input_ptr[node + 1]
-        # Insertion sort by the producer's finish (a node has few inputs; stable on ties).
-        order = np.empty(hi - lo, np.int64)
-        for k in range(hi - lo):
-            j = k
-            done = finish[tensor_producer[input_tensors[lo + k]]]
-            while j > 0 and finish[tensor_producer[input_tensors[lo + order[j - 1]]]] > done:
-                order[j] = order[j - 1]
-                j -= 1
-            order[j] = k
-        for k in order:
-            tensor = input_tensors[lo + k]
-            producer = tensor_producer[tensor]
-            src = device_of[producer]
-            if src == device:
-                at = finish[producer]
-            elif received[tensor, device] < np.inf:
-                at = received[tensor, device]
-            else:
-                at = (max(finish[producer], link_free[src, device]) + latency[src, device]
-                      + tensor_bytes[tensor] * inverse_bandwidth[src, device])
-                link_free[src, device] = at
-                received[tensor, device] = at
-                link_version += 1
-            inputs_at = max(inputs_at, at)
+        inputs_at, sent = queue_inputs(node, device, finish, device_of, link_free, channel_free,
+                                       comm, received, latency, inverse_bandwidth, input_ptr,
+                                       input_tensors, tensor_producer, tensor_bytes, control_ptr,
+                                       control_parents)
+        link_version += sent
         stream = np.argmin(stream_free[device])
         begin = max(inputs_at, stream_free[device, stream])
         finish[node] = begin + compute[node, device]
         stream_free[device, stream] = finish[node]
         free[device] = stream_free[device].min()
         device_of[node] = device
+        last_node[device] = node
+        is_ready[node] = False
         num_ready -= 1
         ready[pick] = ready[num_ready]
 
@@ -230,19 +361,22 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             child = pair_dst[child_pairs[k]]
             pending[child] -= 1
             if pending[child] == 0:
-                _estimate_arrival(child, arrival, finish, device_of, link_free, received, latency,
-                                  inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
-                                  tensor_bytes, control_ptr, control_parents)
+                estimate_arrival(child, arrival, finish, device_of, link_free, channel_free, comm,
+                                  queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
+                                  tensor_producer, tensor_bytes, control_ptr, control_parents,
+                                  trial_link, trial_channel, seen, calls)
                 fresh[child] = link_version
                 ready[num_ready] = child
+                is_ready[child] = True
                 num_ready += 1
     return device_of, used, -1
 
 
 @numba.njit(cache=True)
 def _row_best(node, arrival, free, allowed, candidates, tie, class_device, class_memory, memory,
-              used, usable):
-    """Earliest start of node over its usable devices (inf if none); fills `usable`."""
+              used, usable, awake_for, awake):
+    """Earliest start of node over its usable devices (inf if none); fills `usable`. With
+    `awake`, a device awake for another node counts no earlier than the node's urgent time."""
     num_devices = free.shape[0]
     cls = tie[node]
     pinned = class_device[cls]
@@ -254,9 +388,19 @@ def _row_best(node, arrival, free, allowed, candidates, tie, class_device, class
             usable[d] = allowed[node, d] and class_memory[cls] <= memory[d] - used[d]
         any_candidate |= usable[d] and candidates[node, d]
     least = np.inf
+    urgent = 0.0
     for d in range(num_devices):
         if any_candidate and not candidates[node, d]:
             usable[d] = False
         if usable[d]:
             least = min(least, max(arrival[node, d], free[d]))
+            urgent = max(urgent, max(arrival[node, d], free[d]))
+    if awake and least < np.inf:
+        least = np.inf
+        for d in range(num_devices):
+            if usable[d]:
+                start = max(arrival[node, d], free[d])
+                if awake_for[d] >= 0 and awake_for[d] != node:
+                    start = max(start, urgent)
+                least = min(least, start)
     return least

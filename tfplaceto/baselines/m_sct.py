@@ -12,21 +12,32 @@ i's device and so receives i's output for free. It is the rounding of a linear p
               0 <= y <= 1,  t >= 0
 
 with p_i the node's compute on its fastest candidate device and c_ij the transfer time of the
-pair's tensors over an average link. y_ij > 0.5 makes j the favourite child of i (the two
-constraints on the sums guarantee at most one each way). A tiny reward for y (weighted by c)
-breaks the LP's many ties off the critical path towards keeping heavy transfers local.
-The LP is solved by HiGHS through `scipy.optimize.linprog(method="highs")` (Baechi used Gurobi).
+pair's tensors over an average link. j is i's favourite child when y_ij > 1 - cutoff (Baechi's
+code rounds x = 1 - y, "i and j apart", and makes j favourite when x <= cutoff, default 0.1; the
+two rules differ only when y is exactly 1 - cutoff); should rounding leave a node with two
+favourite children or parents, the larger y wins. A tiny reward for y (weighted by c) breaks the
+LP's many ties off the critical path towards keeping heavy transfers local. The LP is solved by
+HiGHS through `scipy.optimize.linprog(method="highs")` (Baechi's code calls MOSEK through cvxopt).
 
 The schedule is m-ETF's (`m_etf.schedule`, memory- and kernel-aware, ties placed whole) with one
-change: once a node is placed, its favourite child prefers the parent's device as long as it
-starts there no later than on the best other device plus the pair's transfer time.
+of two favourite-child rules (`RULES`):
+- "awake", the paper's (Hanen and Munier; Baechi's `SCTDevice`): a device whose last node's
+  favourite child is ready and starts earliest there waits for it, running another node first
+  only when that node is urgent (it could not start earlier on any other device);
+- "bonus", tfplaceto's earlier rule: ETF's order unchanged, and the favourite child goes to its
+  parent's device when it starts there no later than on its best device plus the pair's transfer
+  time.
+`place` tries every rule, cut-off (`CUTOFFS`) and m-ETF schedule option (`m_etf.OPTIONS`: the
+communication model, tie break and input estimate) and keeps the placement the simulator scores
+best (one LP, then a few millisecond schedules on a grouped graph); keyword arguments fix any.
 
 The LP has one variable per data pair plus one per node; past MAX_LP_VARIABLES, or when HiGHS
-fails or runs out of time, m-SCT falls back to plain m-ETF (and warns).
+fails or runs out of time, m-SCT falls back to m-ETF (and warns).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -38,38 +49,69 @@ from tfplaceto.problem import Problem
 
 MAX_LP_VARIABLES = 400_000
 LP_TIME_LIMIT_S = 20.0
+RULES = ("awake", "bonus")
+BAECHI_CUTOFF = 0.1  # Baechi's default (its flag sct_threshold)
+CUTOFFS = (BAECHI_CUTOFF, 0.5)
 
 
-def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
+          rule: str | None = None, cutoff: float | None = None, **schedule_options) -> np.ndarray:
+    """m-SCT with the given rule, cut-off and m-ETF schedule options (`m_etf.OPTIONS`: comm_model,
+    tie_break, inputs), trying every combination of those left None and keeping the placement
+    the simulator scores best."""
     del seed  # HiGHS and the schedule are deterministic
+    if rule is not None:
+        _common.choice("m_sct rule", rule, RULES)
+    if cutoff is not None and not 0.0 <= cutoff < 1.0:
+        raise ValueError(f"m_sct cutoff must be in [0, 1), got {cutoff}")
+    unknown = set(schedule_options) - set(m_etf.OPTIONS)
+    if unknown:
+        raise TypeError(f"m_sct.place got unknown options {sorted(unknown)}; known: "
+                        f"rule, cutoff, {', '.join(m_etf.OPTIONS)}")
     inst = _common.prepare(problem)
     _common.check_persistent_fits(problem, inst)
     time_limit = LP_TIME_LIMIT_S if budget_s is None else max(1.0, 0.8 * budget_s)
-    favourites = favourite_children(inst, time_limit)
-    if favourites is None:
-        return m_etf.schedule(problem, inst)
-    child, bonus = favourites
-    return m_etf.schedule(problem, inst, favourite_child=child, favourite_bonus=bonus)
+    solution = lp_solution(inst, time_limit)
+    if solution is None:
+        return m_etf.place(problem, **schedule_options)
+    variants = {}
+    for each_cutoff in CUTOFFS if cutoff is None else (cutoff,):
+        child, bonus = favourite_children(inst, *solution, cutoff=each_cutoff)
+        for each_rule in RULES if rule is None else (rule,):
+            for options in _common.combinations(m_etf.OPTIONS, schedule_options):
+                variants[(each_rule, each_cutoff, *options.values())] = functools.partial(
+                    m_etf.schedule, problem, inst, favourite_child=child, awake=each_rule == "awake",
+                    favourite_bonus=bonus if each_rule == "bonus" else np.zeros_like(bonus), **options)
+    return _common.best_of(problem, variants)[1]
 
 
-def favourite_children(inst: _common.Instance, time_limit_s: float = LP_TIME_LIMIT_S):
-    """(favourite child of each node or -1, transfer seconds to it), or None if the LP failed."""
+def lp_solution(inst: _common.Instance, time_limit_s: float = LP_TIME_LIMIT_S):
+    """(data pairs, their y in the LP relaxation), or None (warned) if the LP failed or is too big."""
     n = inst.num_nodes
     data = np.flatnonzero(inst.pair_tensors > 0)
     if len(data) == 0:
-        return np.full(n, -1), np.zeros(n)
+        return data, np.zeros(0)
     if len(data) + n + 1 > MAX_LP_VARIABLES:
         warnings.warn(f"m_sct: the favourite-child LP would have {len(data) + n + 1} variables "
                       f"(limit {MAX_LP_VARIABLES}); falling back to m_etf", stacklevel=3)
         return None
     solution = _solve_lp(inst, data, time_limit_s)
-    if solution is None:
-        return None
-    favourite = data[solution > 0.5]
-    child = np.full(n, -1)
+    return None if solution is None else (data, solution)
+
+
+def favourite_children(inst: _common.Instance, data: np.ndarray, y: np.ndarray,
+                       cutoff: float = BAECHI_CUTOFF) -> tuple[np.ndarray, np.ndarray]:
+    """(favourite child of each node or -1, transfer seconds to it): the pairs with
+    y > 1 - cutoff, the larger y first where rounding gives a node two."""
+    n = inst.num_nodes
+    child, parent = np.full(n, -1), np.full(n, -1)
     bonus = np.zeros(n)
-    child[inst.pair_src[favourite]] = inst.pair_dst[favourite]
-    bonus[inst.pair_src[favourite]] = inst.mean_transfer_s(favourite)
+    chosen = np.flatnonzero(y > 1.0 - cutoff)
+    for k in chosen[np.argsort(-y[chosen], kind="stable")]:
+        src, dst = inst.pair_src[data[k]], inst.pair_dst[data[k]]
+        if child[src] < 0 and parent[dst] < 0:
+            child[src], parent[dst] = dst, src
+            bonus[src] = inst.mean_transfer_s(data[k:k + 1])[0]
     return child, bonus
 
 
