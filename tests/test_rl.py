@@ -240,8 +240,7 @@ def test_a_named_policy_that_does_not_load_is_an_error(tmp_path, corrupt):
         target = directory / ("policy.json" if corrupt == "json" else "weights.index")
         target.write_text("{not json")
     with pytest.raises(errors.PolicyError):
-        tp.place(layered(seed=1).graph, layered(seed=1).cluster, method="placeto_policy",
-                 costs=layered(seed=1).compute_s, policy=str(directory))
+        placeto.policy_placement(layered(seed=1), policy=str(directory))
 
 
 def test_placeto_policy_is_the_policy_alone():

@@ -244,6 +244,7 @@ def _cmd_train(args) -> int:
     if args.episodes < 1:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
     try:
+        gin.clear_config()  # main() may run more than once in a process (tests, notebooks)
         gin.parse_config_files_and_bindings(args.gin, args.gin_param)
     except (OSError, ValueError, KeyError) as e:
         raise errors.TfplacetoError(f"bad gin configuration: {errors.first_line(e)}") from None

@@ -25,6 +25,7 @@ def save_policy(network, directory: str, notes: dict | None = None) -> None:
     """Writes `network`'s config and weights to `directory` (replaced as a whole)."""
     import tensorflow as tf
 
+    network.warm_up()  # a network never called yet has no variables to save
     tmp = f"{directory.rstrip(os.sep)}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
