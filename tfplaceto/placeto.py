@@ -58,8 +58,7 @@ def policy_perturbation(actor, window: int = search.WINDOW) -> search.Perturbati
     return perturb
 
 
-def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy=None,
-          network=None) -> np.ndarray:
+def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy=None) -> np.ndarray:
     """`method="placeto"` (module docstring): device index of every node of `problem`.
 
     Args:
@@ -69,13 +68,12 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         beyond `search.BUDGET_S` fine-tunes the policy on the problem first.
       policy: "shipped" (default), "untrained", a policy directory, or a PlacetoNetwork (which
         fine-tuning updates).
-      network: deprecated alias of `policy` for a PlacetoNetwork.
     """
     from tfplaceto.rl.train import Actor, train
 
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, search.BUDGET_S)
-    network = resolve_policy(network if network is not None else policy, seed)
+    network = resolve_policy(policy, seed)
     tuning_s = deadline - search.BUDGET_S - time.perf_counter()
     if budget_s and tuning_s > 1.0:
         train(problem, episodes=10**9, seed=seed, network=network, progress=False,
