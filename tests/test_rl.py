@@ -319,3 +319,23 @@ def test_tp_train_trains_on_sources_and_clusters_and_its_policy_places(tmp_path)
         tp.train([source], ["2xV100"], episodes=2, logdir=None, actors=2)
     with pytest.raises(errors.TfplacetoError, match="episodes"):
         tp.train([source], ["2xV100"], episodes=0, logdir=None)
+
+
+def test_a_bad_logdir_is_a_typed_error(tmp_path):
+    problem = layered(seed=4)
+
+    def run(logdir, graph=problem):
+        return train(graph, episodes=2, seed=5, lanes=2, hidden=8, rounds=2, logdir=str(logdir), progress=False)
+
+    not_a_directory = tmp_path / "file.txt"
+    not_a_directory.write_text("x")
+    with pytest.raises(errors.CheckpointError, match="logdir"):
+        run(not_a_directory)
+    logdir = tmp_path / "run"
+    run(logdir)
+    with pytest.raises(errors.CheckpointError, match="other graphs"):  # another problem, same logdir
+        run(logdir, layered(seed=5))
+    state = logdir / "state.json"
+    state.write_text(state.read_text()[:40])  # truncated
+    with pytest.raises(errors.CheckpointError, match="corrupted"):
+        run(logdir)

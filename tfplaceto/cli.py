@@ -300,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfplaceto: interrupted", file=sys.stderr)
         return 130
+    except SystemError as e:  # numba's compiled simulator re-raises Ctrl-C as a SystemError
+        if not isinstance(e.__cause__ or e.__context__, KeyboardInterrupt):
+            raise
+        print("tfplaceto: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -76,3 +76,7 @@ def format_bytes(size: float) -> str:
         if abs(size) >= scale:
             return f"{size / scale:.2f} {unit}"
     return f"{int(size)} B"
+
+
+class CheckpointError(TfplacetoError, ValueError):
+    """A training logdir cannot be written, or holds a corrupted or mismatched run."""

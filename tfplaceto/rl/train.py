@@ -164,6 +164,46 @@ def _best_from_json(payload: dict) -> Best:
     return Best(payload["step_time_s"], payload["oom"], np.asarray(payload["placement"], np.int32))
 
 
+def _open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: PlacetoNetwork):
+    """(CheckpointManager, the saved state or None): restores the last checkpoint of a run.
+
+    CheckpointError for a logdir that cannot be written, a run on other problems or another
+    network, or a corrupted checkpoint or state (a state.json without its checkpoint included).
+    """
+    from tfplaceto import errors
+
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        if not os.access(logdir, os.W_OK):
+            raise PermissionError(f"{logdir} is not writable")
+    except OSError as e:
+        raise errors.CheckpointError(f"cannot use {logdir} as a training logdir: {errors.first_line(e)}") from None
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(logdir, "ckpt"), max_to_keep=2)
+    state_path = os.path.join(logdir, "state.json")
+    if not os.path.exists(state_path):
+        return manager, None
+    try:
+        with open(state_path) as f:
+            state = json.load(f)
+        missing = [key for key in ("fingerprints", "network", "checkpoint", "episodes", "decisions", "wall_s",
+                                   "env", "best") if key not in state]
+        if missing:
+            raise KeyError(f"no {missing[0]!r}")
+        fingerprints, config, name = state["fingerprints"], state["network"], state["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise errors.CheckpointError(f"{state_path} is corrupted ({errors.first_line(e)}); remove the logdir "
+                                     "to start again") from None
+    if fingerprints != _fingerprints(problems) or config != network.config:
+        raise errors.CheckpointError(f"{logdir} holds a run on other graphs, clusters or another network; "
+                                     "use a new logdir (or the same ones to resume)")
+    try:
+        checkpoint.restore(os.path.join(logdir, "ckpt", name)).assert_consumed()
+    except (tf.errors.OpError, ValueError, AssertionError) as e:
+        raise errors.CheckpointError(f"the checkpoint in {logdir} cannot be restored ({errors.first_line(e)}); "
+                                     "remove the logdir to start again") from None
+    return manager, state
+
+
 @gin.configurable(denylist=["problems", "logdir", "network", "callback"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
@@ -220,17 +260,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     manager = writer = None
     if logdir:
-        os.makedirs(logdir, exist_ok=True)
         checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
-        manager = tf.train.CheckpointManager(checkpoint, os.path.join(logdir, "ckpt"), max_to_keep=2)
-        state_path = os.path.join(logdir, "state.json")
-        if manager.latest_checkpoint and os.path.exists(state_path):
-            with open(state_path) as f:
-                state = json.load(f)
-            if state["fingerprints"] != _fingerprints(problems) or state["network"] != network.config:
-                raise ValueError(f"{logdir} holds a run on other problems or another network; use a "
-                                 "new logdir (or the same problems and network to resume)")
-            checkpoint.restore(os.path.join(logdir, "ckpt", state["checkpoint"])).assert_consumed()
+        manager, state = _open_logdir(logdir, checkpoint, problems, network)
+        if state is not None:
             done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
             env.set_state(state["env"])
             best = [_best_from_json(b) for b in state["best"]]
