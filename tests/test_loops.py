@@ -5,6 +5,7 @@ gradient loop. The unrolled and the loop forms of one model compute the same thi
 simulated single-GPU step times must be close (before trip counts: 3x apart at 8 steps).
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -184,3 +185,22 @@ def test_grouping_keeps_a_frames_control_together_and_its_body_free(lstm_graphs)
     # Groups wholly inside one loop say which; the op graph's frames are the loops'.
     assert set(graph.frame[body].tolist()) <= set(range(len(graph.loops)))
     assert (grouping.graph.frame[grouping.op_to_group[body]] >= 0).any()
+
+
+def test_place_takes_loop_iterations_and_reports_every_loop(tmp_path, capsys):
+    from tfplaceto.cli import main
+
+    w = tf.Variable(tf.random.normal([16, 16]) * 0.1)
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 16], tf.float32)])
+    def run(x):
+        bound = tf.cast(tf.reduce_sum(x) * 0.0, tf.int32) + 6  # not static
+        return tf.while_loop(lambda i, h: i < bound, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w))), [0, x])[1]
+
+    graph_file = tmp_path / "loop.pb"
+    graph_file.write_bytes(run.get_concrete_function().graph.as_graph_def().SerializeToString())
+    report = tmp_path / "r.json"
+    assert main(["place", str(graph_file), "--cluster", "2xV100", "--method", "single", "--loop-iterations", "7",
+                 "--out", str(tmp_path / "o.pb"), "--report", str(report)]) == 0
+    loops = json.loads(report.read_text())["loops"]
+    assert [loop["trips"] for loop in loops] == [7] and loops[0]["source"]

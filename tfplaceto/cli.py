@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="analytical, measured, or a saved CostProfile (default: measured on local, "
                             "analytical for presets)")
     _policy_arguments(place)
+    place.add_argument("--loop-iterations", type=int, default=None,
+                       help="iterations of while loops whose count is not static (the report lists every loop's)")
 
     simulate = commands.add_parser("simulate", help="simulate a placed graph")
     simulate.add_argument("source")
@@ -156,7 +158,7 @@ def _cmd_place(args) -> int:
     with outputs:
         result = tp.optimize(args.source, fetches=args.fetch, cluster=args.cluster, method=args.method,
                              costs=args.costs, budget_s=args.budget_s, seed=args.seed, batch_size=args.batch_size,
-                             policy=args.policy, start=args.start)
+                             policy=args.policy, start=args.start, loop_iterations=args.loop_iterations)
         table = _format_table(result)
         sim = result.simulate() if (args.gantt or args.trace) else None
         if args.trace:

@@ -166,13 +166,15 @@ class OptimizeResult:
         return {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
                 "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                 "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
+                "loops": self.op_graph.loop_report() if self.op_graph is not None else [],
                 "devices": sorted(set(self.placement.values())),
                 "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
 
 
 def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
              method: str = "placeto", costs=None, budget_s: float | None = None, seed: int = 0,
-             batch_size: int | None = None, policy=None, start: str | None = None) -> OptimizeResult:
+             batch_size: int | None = None, policy=None, start: str | None = None,
+             loop_iterations=None) -> OptimizeResult:
     """Imports, profiles, places and writes back; never worse than the best baseline evaluated.
 
     `graph_def` may be any source `import_graph` accepts; a GraphDef gets its devices set and is
@@ -189,7 +191,8 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
     _check_method(method)
-    op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size)
+    op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size,
+                                                                              loop_iterations)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     compared = _compared()
