@@ -335,6 +335,26 @@ def test_ctrl_c_while_writing_leaves_nothing(work, capsys, monkeypatch):
     assert _listing(work["dir"], work["root"]) == before
 
 
+def test_d24_ctrl_c_inside_the_compiled_simulator_is_an_interruption(work, capsys, monkeypatch):
+    # numba re-raises a Ctrl-C that arrives in compiled code as a SystemError (its context: the
+    # KeyboardInterrupt); the search spends most of its time there.
+    import importlib
+
+    place = importlib.import_module("tfplaceto.place")  # the module (tp.place is the function)
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("<built-in function simulate_step> returned a result with an exception set") from None
+
+    monkeypatch.setattr(place, "place_problem", interrupted)
+    before = _listing(work["dir"], work["root"])
+    assert main(_format(_place(), work)) == 130
+    assert capsys.readouterr().err == "tfplaceto: interrupted\n"
+    assert _listing(work["dir"], work["root"]) == before
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
