@@ -33,12 +33,10 @@ TARGET = 1.05  # the policy alone within 5% of the best fast baseline
 
 
 def problem_of(name: str, cluster: str):
-    import tfplaceto as tp
-    from tfplaceto.problem import make_problem
+    """The Problem of a graph (a built-in name, or anything `import_graph` takes) on a cluster."""
+    from tfplaceto.rl.train import problems_for
 
-    op_graph = tp.import_graph(name if ":" in name else f"builtin:{name}")
-    cluster = tp.Cluster.preset(cluster)
-    return make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
+    return problems_for([name if ":" in name else f"builtin:{name}"], [cluster])[0][0]
 
 
 def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:

@@ -40,14 +40,10 @@ def save_policy(network, directory: str, notes: dict | None = None) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def policy_notes(directory: str | None = None) -> dict:
-    """The notes saved with a policy (how it was trained), {} when there are none."""
-    path = os.path.join(directory or PRETRAINED_DIR, _CONFIG)
-    try:
-        with open(path) as f:
-            return json.load(f).get("notes", {})
-    except (OSError, ValueError):
-        return {}
+def _read_config(directory: str) -> dict:
+    """The policy.json of a policy directory (OSError or ValueError when it cannot be read)."""
+    with open(os.path.join(directory, _CONFIG)) as f:
+        return json.load(f)
 
 
 def load_policy(directory: str | None = None):
@@ -66,8 +62,7 @@ def load_policy(directory: str | None = None):
         raise errors.PolicyError(f"no policy in {directory} (no {_CONFIG}); give the policy "
                                  "directory a training run exported (LOGDIR/policy)")
     try:
-        with open(path) as f:
-            config = json.load(f)
+        config = _read_config(directory)
         features = config.get("features")
         network_config = dict(config["network"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -107,9 +102,8 @@ def untrained_network(seed: int = 0):
     from tfplaceto.policy.network import PlacetoNetwork
 
     try:
-        with open(os.path.join(PRETRAINED_DIR, _CONFIG)) as f:
-            config = json.load(f)["network"]
-    except (OSError, ValueError, KeyError):
+        config = _read_config(PRETRAINED_DIR)["network"]
+    except (OSError, ValueError, KeyError, TypeError):
         config = {}
     network = PlacetoNetwork(**{**config, "seed": seed})
     network.warm_up()

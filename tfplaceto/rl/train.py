@@ -13,7 +13,8 @@
                        entropy bonus decayed linearly, TensorBoard summaries, a tqdm bar, a
                        checkpoint every few updates in `logdir`; run it again with the same
                        arguments and it resumes exactly from the last checkpoint.
-  family_problems(family, clusters, num_graphs)  Problems of built-in family members.
+  problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
+  train_sources(...)   `tfplaceto.train`: `train` on sources x clusters.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
 What a logdir holds: `ckpt/` (network, optimizer, entropy coefficient, sampling generator, step
@@ -78,7 +79,6 @@ class Actor:
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
         self._problem = problem
         self._seed = seed
-        self._calls = 0
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
         policy = PlacetoPolicy(*specs(probe), network, as_tensors(F.pack(probe.statics, probe.dims)), seed=seed)
@@ -97,9 +97,9 @@ class Actor:
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
                  seed: int | None = None) -> list[np.ndarray]:
         """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
-        `initial`); `window`: re-place only that many consecutive classes."""
-        seed = self._seed + self._calls if seed is None else seed
-        self._calls += 1
+        `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
+        starts and windows (default: the actor's)."""
+        seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
                                    window=window, dims=self._dims)
         step = env.reset()
@@ -345,23 +345,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                        os.path.join(logdir, "policy") if logdir else None)
 
 
-# -- families -----------------------------------------------------------------------------------------
-def family_problems(family: str, clusters: Sequence[str], num_graphs: int, first: int = 0) -> list[Problem]:
-    """Problems of members first .. first + num_graphs - 1 of built-in `family` on each cluster."""
-    from tfplaceto.cluster import as_cluster
-    from tfplaceto.costs import profile
-    from tfplaceto.graph import import_graph
-    from tfplaceto.problem import make_problem
-
-    problems = []
-    for member in range(first, first + num_graphs):
-        op_graph = import_graph(f"builtin:{family}/{member}")
-        for name in clusters:
-            cluster = as_cluster(name)
-            problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
-    return problems
-
-
+# -- sources ------------------------------------------------------------------------------------------
 def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], list[str]]:
     """(Problems, labels "source@cluster") of every source on every cluster: sources are anything
     `import_graph` takes, or OpGraphs; clusters are presets or Clusters."""
