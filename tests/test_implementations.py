@@ -105,3 +105,20 @@ def test_optimize_places_the_cudnn_kernel_and_reports_it():
     devices = {node.device for node in result.graph_def.node if node.op.startswith("Cudnn")}
     assert devices and all("GPU" in d for d in devices)
     assert np.isfinite(result.step_time_s)
+
+
+def test_a_layer_called_inside_another_function_is_swapped_too():
+    # A SavedModel's signature, or a tf.function calling a model's tf.function: the layer's call
+    # is inside another function's body, out of reach of grappler's selector at the top.
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((STEPS,), batch_size=BATCH, dtype="int32"),
+                                 tf.keras.layers.Embedding(100, 16), tf.keras.layers.LSTM(32, name="lstm")])
+    inner = tf.function(lambda x: model(x, training=False))
+    outer = tf.function(lambda x: inner(x) * 2.0, input_signature=[tf.TensorSpec([BATCH, STEPS], tf.int32)])
+    for cluster, device_type, kernel in (("2xV100", "GPU", "cuDNN"), ("local:2", "CPU", "standard")):
+        graph = tp.import_graph(outer.get_concrete_function(), cluster=cluster)
+        [choice] = graph.implementation_report()
+        assert (choice["kernel"], choice["device_type"]) == (kernel, device_type)
+        assert choice["layer"].endswith("lstm/PartitionedCall")
+        assert ("CudnnRNN" in graph.types) == (kernel == "cuDNN")
+        assert bool(graph.loops) == (kernel == "standard")

@@ -74,6 +74,14 @@ def has_swappable(graph_def) -> bool:
     return any(API_ATTR in f.attr for f in graph_def.library.function)
 
 
+def _same_signature(a, b) -> bool:
+    def types(args):
+        return [(arg.type, arg.type_attr, arg.number_attr, arg.type_list_attr) for arg in args]
+
+    return (types(a.signature.input_arg) == types(b.signature.input_arg)
+            and types(a.signature.output_arg) == types(b.signature.output_arg))
+
+
 def select(graph_def, device_type: str | None):
     """(graph_def with every swappable call on device_type's alternative, choices).
 
@@ -85,9 +93,11 @@ def select(graph_def, device_type: str | None):
     """
     if device_type not in (None, "CPU", "GPU"):
         raise errors.InvalidGraphError(f"device_type must be 'CPU', 'GPU' or None, got {device_type!r}")
+    if device_type is not None:
+        graph_def = _swap_nested(graph_def, device_type)
     functions = _swappable(graph_def)
     calls = [node.name for node in graph_def.node if _called(node) in functions]
-    nested = _nested_choices(graph_def, functions)
+    nested = _nested_choices(graph_def, functions, device_type)
     if not calls:
         return graph_def, nested
     selected = graph_def
@@ -111,9 +121,41 @@ def select(graph_def, device_type: str | None):
     return selected, tuple(sorted(choices, key=lambda c: c.layer)) + nested
 
 
-def _nested_choices(graph_def, functions) -> tuple[ImplementationChoice, ...]:
-    """The choices of swappable calls inside function bodies: kept as called (device_type None)."""
+def _swap_nested(graph_def, device_type: str):
+    """A copy of graph_def whose swappable calls inside function bodies call the alternative
+    preferred on device_type, where it has exactly the called function's signature (an
+    inference call: Keras' standard and cuDNN functions take and return the same tensors; a
+    training step's forward and backward pair is left to grappler's selector at the top)."""
+    functions = _swappable(graph_def)
+    swapped = type(graph_def)()
+    swapped.CopyFrom(graph_def)
+    alternatives: dict[tuple[str, str], list] = {}
+    for function in functions.values():
+        key = (function.attr[API_ATTR].s.decode(), function.attr[DEVICE_ATTR].s.decode())
+        alternatives.setdefault(key, []).append(function)
+    for outer in swapped.library.function:
+        if API_ATTR in outer.attr:
+            continue
+        for node in outer.node_def:
+            called = functions.get(_called(node))
+            if called is None or node.op not in CALL_OPS:
+                continue
+            key = (called.attr[API_ATTR].s.decode(), device_type)
+            match = [f for f in alternatives.get(key, []) if _same_signature(f, called)
+                     and ("forward_function_name" in f.attr) == ("forward_function_name" in called.attr)
+                     and ("backward_function_name" in f.attr) == ("backward_function_name" in called.attr)]
+            if len(match) == 1 and "forward_function_name" not in called.attr \
+                    and "backward_function_name" not in called.attr:
+                node.attr["f"].func.name = match[0].signature.name
+    return swapped
+
+
+def _nested_choices(graph_def, functions, device_type: str | None) -> tuple[ImplementationChoice, ...]:
+    """The choices of swappable calls inside function bodies: device_type where the call is on
+    an alternative preferred there (`_swap_nested`) or the library has none for it, else None
+    (kept as called)."""
     by_name = {f.signature.name: f for f in graph_def.library.function}
+    available = {(f.attr[API_ATTR].s.decode(), f.attr[DEVICE_ATTR].s.decode()) for f in functions.values()}
     seen, choices = set(), []
     for outer in graph_def.library.function:
         if API_ATTR in outer.attr:
@@ -127,7 +169,11 @@ def _nested_choices(graph_def, functions) -> tuple[ImplementationChoice, ...]:
                 continue
             seen.add(api)
             kernel = "cuDNN" if _uses_fused_kernel(function, by_name) else "standard"
-            choices.append(ImplementationChoice(api, f"{outer.signature.name}/{node.name}", None, kernel,
+            # No alternative for device_type in the library (a SavedModel keeps only what its
+            # signatures call): TensorFlow runs the called one there too.
+            there = (api, device_type) in available
+            chosen = device_type if function.attr[DEVICE_ATTR].s.decode() == device_type or not there else None
+            choices.append(ImplementationChoice(api, f"{outer.signature.name}/{node.name}", chosen, kernel,
                                                 function.signature.name, 1))
     return tuple(choices)
 

@@ -818,11 +818,10 @@ def _select_implementations(graph_def: graph_pb2.GraphDef, keep: Sequence[str],
                             inlining: _Inlining) -> tuple[graph_pb2.GraphDef, tuple]:
     """graph_def with each swappable call (a Keras LSTM/GRU) pointed at the alternative for
     inlining.device_type, and the choices; the caller inlines. Only calls in graph_def.node are
-    swapped (a Keras model's training step or forward pass has its layers' calls there): a
-    swappable call inside another function's body (a SavedModel's signature calling the model)
-    keeps the alternative it calls, and its choice says so (device_type None). grappler's
-    function optimizer cannot go first: it specializes the called alternative and drops the
-    others from the library."""
+    swapped by grappler's implementation selector (a Keras model's training step or forward
+    pass has its layers' calls there); calls inside other functions' bodies (a SavedModel's
+    signature calling the model) are swapped where the alternatives have the same signature
+    (`implementations.select`)."""
     return implementations.select(graph_def, inlining.device_type)
 
 
