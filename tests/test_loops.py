@@ -204,3 +204,45 @@ def test_place_takes_loop_iterations_and_reports_every_loop(tmp_path, capsys):
                  "--out", str(tmp_path / "o.pb"), "--report", str(report)]) == 0
     loops = json.loads(report.read_text())["loops"]
     assert [loop["trips"] for loop in loops] == [7] and loops[0]["source"]
+
+
+def _chatty_body(trips: int):
+    """x -> (a, b) -> y, all four in one loop body of `trips` iterations, every tensor 1 MB and
+    moved every iteration; a and b cost 1 ms per step each (so 1 ms / trips per iteration)."""
+    from tfplaceto.graph import make_op_graph
+
+    graph = make_op_graph(["x", "a", "b", "y"], ["MatMul"] * 4, tensor_producer=[0, 1, 2],
+                          tensor_bytes=[2**20] * 3, edge_tensor=[0, 0, 1, 2], edge_consumer=[1, 2, 3, 3],
+                          iterations=[trips] * 4, tensor_iterations=[trips] * 3)
+    per_step = np.array([1e-5, 1e-3, 1e-3, 1e-5])
+    costs = tp.CostProfile(graph.names, ("GPU:V100", "CPU:host"), np.stack([per_step, 100 * per_step], 1))
+    return graph, costs
+
+
+@pytest.mark.parametrize("method", ["m_etf", "heft", "m_sct"])
+def test_baselines_pay_a_split_bodys_transfers_every_iteration(method):
+    # Splitting a and b over the two GPUs saves 1 ms per step and moves two 1 MB tensors (25 us
+    # each on NVLink) per iteration: worth it when they move once, not 50 times.
+    for trips, splits in ((1, True), (50, False)):
+        graph, costs = _chatty_body(trips)
+        placement = tp.place(graph, "2xV100", method=method, costs=costs)
+        single = _single_gpu_step(graph, costs=costs).step_time_s
+        step = tp.simulate(graph, placement, "2xV100", costs=costs).step_time_s
+        assert (placement["a"] != placement["b"]) == splits, (trips, {op: placement[op] for op in placement})
+        if splits:
+            assert step < single
+        else:
+            assert step <= single * (1 + 1e-9)
+
+
+def test_policy_features_see_a_loop_bodys_transfers_per_step():
+    from tfplaceto.policy import features
+    from tfplaceto.problem import make_problem
+
+    statics = {}
+    for trips in (1, 50):
+        graph, costs = _chatty_body(trips)
+        statics[trips] = features.graph_statics(make_problem(graph, tp.Cluster.preset("2xV100"), costs))
+    np.testing.assert_array_equal(statics[50].edge_bytes, 50 * statics[1].edge_bytes)
+    # Compute comes per step from the profile (trips x per iteration) in both.
+    np.testing.assert_array_equal(statics[50].compute_s, statics[1].compute_s)
