@@ -280,3 +280,25 @@ def test_measured_costs_trace_one_op_at_a_time(lstm_graphs):
             if kind == "MatMul" and it == STEPS]
     assert body and all(executions[name] == STEPS for name in body)
     assert all(_overlap_s(step) == 0.0 for step in steps)
+
+
+def test_the_search_starts_without_a_baseline_that_finds_no_room():
+    # A chain of GPU-only ops whose outputs sum past the GPUs' memory though only two live at a
+    # time: m-ETF, m-SCT and HEFT (Baechi's estimate holds every output) find no room, the
+    # simulator fits it on one GPU. The search starts from the baselines that place it (nmt_2l_loop's cuDNN
+    # form on 2xK80 made placeto fail this way).
+    from tfplaceto import search
+    from tfplaceto.graph import make_op_graph
+    from tfplaceto.problem import make_problem
+
+    n = 80
+    graph = make_op_graph([f"op{i}" for i in range(n)], ["MatMul"] * n, tensor_producer=range(n - 1),
+                          tensor_bytes=[2**30] * (n - 1), edge_tensor=range(n - 1), edge_consumer=range(1, n),
+                          kernels=[[False, True]] * n)  # GPU kernels only, like cuDNN's ops
+    cluster = tp.Cluster.preset("2xV100")
+    costs = tp.CostProfile(graph.names, cluster.kinds, np.tile([[1e-3, 1e-1]], (n, 1)))
+    problem = make_problem(graph, cluster, costs)
+    with pytest.raises(errors.UnplaceableError):
+        tp.place(graph, cluster, method="m_etf", costs=costs)
+    best = search.best_baseline(problem)
+    assert best.placement is not None and not best.oom
