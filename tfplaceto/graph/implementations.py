@@ -18,10 +18,14 @@ Map of the file:
   target_device_type     the device type a cluster's swappable calls would run on.
   has_swappable          whether a GraphDef's library holds functions with alternatives.
   select                 the GraphDef with each swappable call pointed at the chosen alternative
-                         (grappler's ImplementationSelector), and the choices. Only calls at
-                         the top of the graph are swapped (a Keras model's step has them
-                         there); one nested in another function keeps what it calls, and its
-                         choice says so (device_type None).
+                         (grappler's ImplementationSelector for calls at the top of the graph,
+                         where a Keras model's step has them), and the choices.
+  _swap_nested           calls inside other functions' bodies (a SavedModel signature calling
+                         the model): swapped where the alternative has the same signature (an
+                         inference call); a forward/backward pair there keeps what it calls,
+                         and its choice says so (device_type None).
+A library without the alternative (a SavedModel keeps only the functions its signatures call)
+runs the called function on either device type, and the choice records the target type.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class ImplementationChoice:
         return dataclasses.asdict(self)
 
 
-def target_device_type(cluster) -> str:
+def target_device_type(cluster: object) -> str:
     """"GPU" if the cluster has a GPU (TensorFlow's placer prefers it for these calls), else "CPU"."""
     from tfplaceto.cluster import as_cluster
 
@@ -82,10 +86,10 @@ def _same_signature(a, b) -> bool:
             and types(a.signature.output_arg) == types(b.signature.output_arg))
 
 
-def select(graph_def, device_type: str | None):
+def select(graph_def, device_type: str | None) -> tuple[object, tuple[ImplementationChoice, ...]]:
     """(graph_def with every swappable call on device_type's alternative, choices).
 
-    Calls in graph_def.node are swapped (see `_nested_choices` for the others). With device_type None
+    Calls in graph_def.node are swapped (`_swap_nested` for the others). With device_type None
     nothing is swapped: the alternative the graph calls (Keras' standard one) is kept and
     recorded as such. The selection is grappler's ImplementationSelector, alone, on a copy whose
     swappable calls carry a device of that type; the devices are cleared again afterwards.
@@ -138,16 +142,18 @@ def _swap_nested(graph_def, device_type: str):
             continue
         for node in outer.node_def:
             called = functions.get(_called(node))
-            if called is None or node.op not in CALL_OPS:
+            if called is None or node.op not in CALL_OPS or _is_gradient_pair(called):
                 continue
             key = (called.attr[API_ATTR].s.decode(), device_type)
-            match = [f for f in alternatives.get(key, []) if _same_signature(f, called)
-                     and ("forward_function_name" in f.attr) == ("forward_function_name" in called.attr)
-                     and ("backward_function_name" in f.attr) == ("backward_function_name" in called.attr)]
-            if len(match) == 1 and "forward_function_name" not in called.attr \
-                    and "backward_function_name" not in called.attr:
+            match = [f for f in alternatives.get(key, []) if not _is_gradient_pair(f) and _same_signature(f, called)]
+            if len(match) == 1:
                 node.attr["f"].func.name = match[0].signature.name
     return swapped
+
+
+def _is_gradient_pair(function) -> bool:
+    """Whether a function is the forward or backward half of a differentiated call."""
+    return "forward_function_name" in function.attr or "backward_function_name" in function.attr
 
 
 def _nested_choices(graph_def, functions, device_type: str | None) -> tuple[ImplementationChoice, ...]:
