@@ -105,9 +105,10 @@ def traced_steps(op_graph: OpGraph, device: str, config, runs: int, warmup: int)
     (`_import_on_device`), after `warmup` untraced ones, in a Session with `config`.
 
     Every step runs in the caller's thread (RunOptions.inter_op_thread_pool = -1): one op at a
-    time, strictly. inter_op_parallelism_threads=1 alone does not do that: TensorFlow's executor
-    then still runs up to two ops at once (its pool's thread and the thread that runs ready
-    inexpensive ops inline), and a traced op time includes sharing the cores with the other one.
+    time, strictly. inter_op_parallelism_threads=1 alone does not do that: the step stats show
+    TensorFlow's executor still running two ops at once (its pool's thread and, as we read it,
+    a thread running ready inexpensive ops inline), and a traced op time then includes sharing
+    the cores with the other one.
     A while loop's parallel iterations offer many such pairs: on local:2 the same [32, 128] x
     [128, 512] MatMul was traced at a median 898 us per execution in a loop body against 465 us
     unrolled (200 vs 127 ms of the step with two ops overlapping), 344 vs 356 us in the caller's
