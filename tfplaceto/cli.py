@@ -201,7 +201,8 @@ def _cmd_simulate(args) -> int:
     import tfplaceto as tp
 
     with outputs:
-        op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size)
+        op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size,
+                                   cluster=args.cluster)
         placement = tp.Placement.load(args.placement)
         sim = tp.simulate(op_graph, placement, args.cluster)
         if args.trace:

@@ -167,6 +167,7 @@ class OptimizeResult:
                 "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                 "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
                 "loops": self.op_graph.loop_report() if self.op_graph is not None else [],
+                "implementations": self.op_graph.implementation_report() if self.op_graph is not None else [],
                 "devices": sorted(set(self.placement.values())),
                 "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
 
@@ -192,7 +193,7 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     cluster = as_cluster(cluster)
     _check_method(method)
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size,
-                                                                              loop_iterations)
+                                                                              loop_iterations, cluster)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     compared = _compared()
