@@ -42,6 +42,7 @@ _LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 # Repeated measurements of one placement further apart than this (relative to their median)
 # are warned about.
 DEFAULT_MAX_SPREAD = 0.10
+_MIN_STEPS_FOR_SPREAD = 5
 
 
 class MeasurementWarning(UserWarning):
@@ -94,7 +95,7 @@ def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, wa
       inputs_on_device: hold inputs in variables on their devices (True) or feed them from the
         client every step (False).
       max_spread: warn (MeasurementWarning) when the steps' 10th-90th percentile width exceeds
-        this fraction of the median (None: never).
+        this fraction of the median (None: never; not checked for fewer than 5 steps).
 
     Raises:
       InvalidGraphError: not a graph, a grouped OpGraph, an empty placement, unknown input
@@ -128,7 +129,8 @@ def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, wa
     times = list(result.run_times_s)
     median = statistics.median(times)
     spread = float(np.subtract(*np.percentile(times, [90, 10])) / median) if median > 0 else 0.0
-    _warn_spread(spread, max_spread, f"the {len(times)} steps", resolved.description)
+    if len(times) >= _MIN_STEPS_FOR_SPREAD:  # the percentiles of two or three steps say little
+        _warn_spread(spread, max_spread, f"the {len(times)} steps", resolved.description)
     return MeasureResult(median, times, resolved.description, used, spread)
 
 
