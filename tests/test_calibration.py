@@ -301,3 +301,12 @@ def test_splitting_maxpool_from_its_gradient_costs_for_real():
     print(f"MaxPool/MaxPoolGrad together {results['together'].step_time_s * 1e3:.1f} ms, split "
           f"{results['split'].step_time_s * 1e3:.1f} ms ({ratio:.2f}x)")
     assert ratio > 1.2
+
+
+def test_calibrate_shows_a_progress_bar_per_stage(tmp_path, capsys):
+    from tfplaceto.measure.targets import calibrate_to_file
+
+    cluster = calibrate_to_file("local:2", tmp_path / "c.pb", rounds=1, runs=1, link_runs=1, progress=True)
+    err = capsys.readouterr().err
+    assert "links (transfers)" in err and "device speed and contention" in err and "100%" in err
+    assert tp.Cluster.load(tmp_path / "c.pb") == cluster
