@@ -431,19 +431,24 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 # -- sources ------------------------------------------------------------------------------------------
 def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], list[str]]:
     """(Problems, labels "source@cluster") of every source on every cluster: sources are anything
-    `import_graph` takes, or OpGraphs; clusters are presets or Clusters."""
+    `import_graph` takes, or OpGraphs; clusters are presets or Clusters. A source is imported once
+    per device type its calls would run on (a Keras LSTM is cuDNN's on GPUs, a loop on CPUs)."""
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
     from tfplaceto.graph import OpGraph, import_graph
+    from tfplaceto.graph.implementations import target_device_type
     from tfplaceto.problem import make_problem
 
     problems, labels = [], []
     for source in sources:
-        op_graph = source if isinstance(source, OpGraph) else import_graph(source)
-        label = source if isinstance(source, str) else repr(op_graph)
+        imported: dict[str, OpGraph] = {}
         for cluster in map(as_cluster, clusters):
+            kind = target_device_type(cluster)
+            if kind not in imported:
+                imported[kind] = source if isinstance(source, OpGraph) else import_graph(source, cluster=cluster)
+            op_graph = imported[kind]
             problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
-            labels.append(f"{label}@{cluster.name}")
+            labels.append(f"{source if isinstance(source, str) else repr(op_graph)}@{cluster.name}")
     return problems, labels
 
 
