@@ -4,7 +4,8 @@ Both engines train on the same problem (default: cifar10-cells/0 on 4xV100) from
 for the same number of episodes, one after the other in this run, each in its own process: the
 reference engine runs from a git worktree of `--reference` (default: the commit before the
 lockstep engine), with that commit's own defaults (4 episodes per update, simulator lookahead);
-this engine with its defaults (16 lockstep episodes per batch, 4 updates per batch). A decision
+this engine with the shipped policy's configuration (`tfplaceto/policy/train.gin`: 16 lockstep
+episodes per batch, 4 updates per batch, one embedding per 8 steps; model selection off). A decision
 is one action (one node placed). Timed from the end of each engine's first update (its
 compiled functions are traced by then) to the end of its last, from its own training history.
 Last line: `throughput: new D/s vs reference R/s decisions = X.XXx`.
@@ -34,6 +35,12 @@ graph, cluster, episodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
 op_graph = tp.import_graph("builtin:" + graph)
 cluster = tp.Cluster.preset(cluster)
 problem = make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
+import os
+shipped = os.path.join("tfplaceto", "policy", "train.gin")
+if os.path.exists(shipped):  # the engine's shipped configuration, when it has one
+    import gin
+    gin.parse_config_file(shipped)
+    gin.bind_parameter("train.select_every", None)  # evaluation for model selection: not training
 result = train(problem, episodes=episodes, seed=0, progress=False)
 # Steady state: from the end of the first update (tracing done) to the end of the last.
 history = result.history
