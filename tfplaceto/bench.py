@@ -155,9 +155,13 @@ def label(graph: str) -> str:
     name without directory and extension ("models/cnn.pb" -> "cnn")."""
     if graph.startswith("builtin:"):
         return graph[len("builtin:"):]
-    if _source(graph).startswith("builtin:"):
-        return graph
-    return os.path.splitext(os.path.basename(os.path.normpath(graph)))[0] or graph
+    stem, extension = os.path.splitext(os.path.basename(os.path.normpath(graph)))
+    if os.path.exists(graph) or os.path.isabs(graph) or extension in _FILE_EXTENSIONS:
+        return stem or graph
+    return graph
+
+
+_FILE_EXTENSIONS = (".pb", ".pbtxt", ".keras", ".h5", ".hdf5")
 
 
 def save_json(rows: list[BenchRow], path: str) -> None:

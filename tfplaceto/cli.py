@@ -52,8 +52,8 @@ class _Formatter(argparse.HelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
-        if (default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
-                and "default" not in text):
+        trivial = default is None or default is False or default == [] or default == argparse.SUPPRESS
+        if not trivial and action.option_strings and "default" not in text:
             text += " (default: %(default)s)"
         return text
 

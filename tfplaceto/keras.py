@@ -112,6 +112,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
     Attributes:
       result: the OptimizeResult (None until the step is placed: training begins, or its first
         batch when the batch size comes from the data).
+      placed_batch_size: the batch size the step was placed for.
       step_times_s: wall time of every training batch of the last fit (the first includes tracing).
       measured_step_time_s: their median, without the first batch.
       assigned_devices: op name -> device, for every op of the traced step the callback placed
@@ -142,6 +143,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         self.costs = costs
         self.verbose = verbose
         self.result: OptimizeResult | None = None
+        self.placed_batch_size: int | None = None
         self.step_times_s: list[float] = []
         self.train_function = None
         self._chooser: _DeviceChooser | None = None
@@ -211,6 +213,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
             self.result = optimize(model, cluster=self.cluster, method=self.method, costs=self.costs,
                                    budget_s=self.budget_s, seed=self.seed, batch_size=batch_size)
             self._placed_for = key
+        self.placed_batch_size = batch_size
         self._chooser = _DeviceChooser(self.result.placement)
         self._warn_about_variables(model)
 

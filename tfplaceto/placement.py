@@ -96,7 +96,8 @@ class Placement(Mapping[str, str]):
         if graph_def is not None:
             return cls.from_graph_def(graph_def, notes=f"devices of the GraphDef {os.fspath(path)}")
         proto = read_proto(path, placement_pb2.Placement, errors.InvalidGraphError)
-        if any(not device.startswith("/") for device in proto.op_device.values()):
+        # An unplaced GraphDef parses as an empty Placement, or as op -> op type.
+        if not proto.op_device or any(not device.startswith("/") for device in proto.op_device.values()):
             raise errors.InvalidGraphError(
                 f"{os.fspath(path)} is neither a tfplaceto Placement proto (written by `tfplaceto place "
                 "--placement-out` or Placement.save) nor a GraphDef whose ops carry devices (written by "
