@@ -6,7 +6,10 @@ TFPLACETO_PROGRESS=1; TFPLACETO_PROGRESS=0 silences it). Each line says how long
 taken so far, so a long stage is visible as it starts:
 
     tfplaceto: [  0.0 s] importing builtin:inception_v3
-    tfplaceto: [  9.1 s] profiling 21874 ops (analytical costs) for 4xV100
+    tfplaceto: [  9.1 s] profiling 21874 ops for 4xV100
+
+`tqdm(...)`: the progress bar of the search and of training, without the TqdmWarning that
+`tqdm.auto` gives in a notebook that lacks ipywidgets.
 """
 
 from __future__ import annotations
@@ -41,10 +44,21 @@ def reporting(on: bool = True) -> Iterator[None]:
         _state.update(saved)
 
 
+def tqdm(*args, **kwargs):
+    """A tqdm bar: the notebook widget when ipywidgets is installed, else the text bar (tqdm.auto
+    without ipywidgets warns "IProgress not found" in every notebook and draws text anyway)."""
+    try:
+        import ipywidgets  # noqa: F401
+        from tqdm.auto import tqdm as bar
+    except ImportError:
+        from tqdm.std import tqdm as bar
+    return bar(*args, **kwargs)
+
+
 def stage(message: str) -> None:
     """One status line on stderr, when reporting is on."""
     if _state["on"]:
         print(f"tfplaceto: [{time.perf_counter() - _state['began']:5.1f} s] {message}", file=sys.stderr, flush=True)
 
 
-__all__ = ["ENV", "reporting", "stage", "wanted"]
+__all__ = ["ENV", "reporting", "stage", "tqdm", "wanted"]
