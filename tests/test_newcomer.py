@@ -324,3 +324,22 @@ def test_gantt_legend_explains_colours_and_uses_binary_units(tmp_path, monkeypat
     assert "coloured by" in joined and "producer's colour" in joined
     peak = errors.format_bytes(max(sim.peak_memory_bytes.values()))
     assert peak in joined and " GB" not in joined and " MB" not in joined
+
+
+def test_progress_is_on_for_a_terminal_unless_turned_off(monkeypatch):
+    from tfplaceto import progress
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    monkeypatch.delenv(progress.ENV, raising=False)
+    assert progress.wanted(Stream(True)) and not progress.wanted(Stream(False))
+    monkeypatch.setenv(progress.ENV, "0")
+    assert not progress.wanted(Stream(True))
+    monkeypatch.setenv(progress.ENV, "1")
+    assert progress.wanted(Stream(False))
+

@@ -12,7 +12,9 @@ Map of the file:
 
 How the placement is enforced. `fit` runs `model.train_function`, a tf.function whose body calls
 `model.train_step(data)`. At on_train_begin the callback places the same step, traced the same
-way (`tp.optimize(model)`), wraps the model's `train_step` in a graph device function
+way (`tp.optimize(model)`) for the batch size fit feeds (the callback's `batch_size`, else the
+model input's static one, else read from the first batch: then the placing happens inside the
+first step), wraps the model's `train_step` in a graph device function
 (`tf.compat.v1.get_default_graph().device(fn)`) and forces Keras to make a new train function, so
 every op the step creates while it is traced (forward, loss, gradients, optimizer update) gets
 `Operation.device` from the placement: the device of the op of the same name, else the device
@@ -130,8 +132,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         super().__init__()
         checks.check_batch_size(batch_size)
         budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
-        if method != "placeto":  # placeto falls back to the best baseline when not installed
-            check_method(method)
+        check_method(method)
         if log_dir is not None:
             _check_log_dir(log_dir)
         self.cluster = ensure_devices(cluster)

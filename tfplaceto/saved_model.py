@@ -62,8 +62,9 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
         with overwrite=True, any directory: it is replaced). It is built in a temporary directory
         beside it and renamed into place, so it appears complete or not at all.
       cluster: a Cluster or a name ("4xV100", "local:2").
-      method: a placement method (tp.METHODS) or "auto"; "placeto" falls back to the best
-        baseline when the policy is not installed (see tp.optimize).
+      method: a placement method (tp.METHODS) or "auto"; "placeto" (the default: the policy's
+        search) and "auto" take the best placement found, another method named is honoured
+        (see tp.optimize).
       signature_keys: the signatures to place (default: all, "serving_default" first). Each is
         optimized on its own; a function shared by several keeps the first one's devices.
       budget_s, seed: passed to tp.optimize.
