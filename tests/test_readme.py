@@ -113,5 +113,5 @@ def test_readme_python_blocks_and_commands(tmp_path):
     assert "<- chosen" in out and "step time" in out
     work = tmp_path / "work"
     for path in ("placed.pb", "cells.pb", "r.json", "g.png", "t.json", "sim.png", "results.json", "bench.png",
-                 "placed_model", "run/policy", "placed_policy.pb", "gantt.png", "trace.json"):
+                 "placed_model", "run/policy", "run_cnn/policy", "run_cells/policy", "placed_policy.pb", "gantt.png", "trace.json"):
         assert (work / path).exists(), path
