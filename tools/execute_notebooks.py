@@ -32,10 +32,17 @@ def execute(path: str, timeout_s: int = 3600) -> float:
                             resources={"metadata": {"path": NOTEBOOKS}}).execute()
     for cell in notebook.cells:
         cell.get("metadata", {}).pop("execution", None)
+    mode = os.stat(path).st_mode & 0o777
     handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tfplaceto-tmp-", suffix=".ipynb")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        nbformat.write(notebook, file)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            nbformat.write(notebook, file)
+        os.chmod(temporary, mode)  # mkstemp makes it 0600
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
     return time.perf_counter() - began
 
 
