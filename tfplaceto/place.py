@@ -255,8 +255,8 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     # and a policy scored relative to it would divide by it.
     settled = bool(results) and results[_best(results)][:2] == (False, 0.0)
     if method not in results and method != "auto" and not (settled and method in POLICY_METHODS):
-        budget = "" if method not in POLICY_METHODS and method != "local_search" else \
-            f" (budget {budget_s:g} s)" if budget_s is not None else ""
+        budgeted = budget_s is not None and method in (*POLICY_METHODS, "local_search")
+        budget = f" (budget {budget_s:g} s)" if budgeted else ""
         progress.stage(f"method {method}{budget}")
         results.update(_evaluate(problem, [method], seed, simulator, budget_s, policy, start))
     chosen = method if method in results and method not in BEST_OF_METHODS else _best(results)
