@@ -69,7 +69,7 @@ def ensure_devices(cluster: Cluster | str) -> Cluster:
     missing = [name for name in names if name not in visible]
     if missing:
         have = ", ".join(sorted(name.rsplit("/", 1)[-1] for name in visible))
-        if all("device:CPU:" in name for name in missing):
+        if local_cpus and all("device:CPU:" in name and name.startswith("/job:localhost/") for name in missing):
             raise errors.InvalidClusterError(
                 f"call tfplaceto.keras.ensure_devices({cluster.name!r}) first, before building the model: "
                 f"cluster {cluster.name!r} needs {max(local_cpus) + 1} logical CPU devices, which TensorFlow can "
