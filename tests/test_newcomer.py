@@ -84,6 +84,12 @@ def test_ensure_devices_first_then_model_then_callback_works():
     assert "DEVICES" in result.stdout and "CPU:1" in result.stdout, result.stderr[-2000:]
 
 
+def test_a_remote_tasks_missing_cpu_is_not_a_local_n_problem():
+    remote = tp.Cluster([tp.Device("/job:worker/replica:0/task:1/device:CPU:0", "CPU", 2**30, peak_gflops=10.0)])
+    with pytest.raises(errors.InvalidClusterError, match="does not have the devices"):
+        tp.keras.ensure_devices(remote)
+
+
 # -- 2. unknown batch size: one rule everywhere --------------------------------------------------
 
 def test_import_and_optimize_of_a_keras_model_need_batch_size_and_say_so():
