@@ -5,6 +5,8 @@
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
   tfplaceto bench [--graphs ..] [--clusters ..] [--methods ..] --out results.json [--plot P.png]
   tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N]
+                  [--actors N] [--reverb-address HOST:PORT] [--gin FILE] [--gin-param P]
+  tfplaceto actor --reverb-address HOST:PORT [--actor-id I]   (collects for a `train` elsewhere)
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
   tfplaceto models
 
@@ -104,6 +106,20 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--gin", action="append", default=[], help="gin file configuring train() (repeatable)")
     train.add_argument("--gin-param", action="append", default=[], help="gin binding, e.g. train.lanes=64")
+    train.add_argument("--actors", type=int, default=0,
+                       help="actor processes collecting through a Reverb server (0: the embedded engine)")
+    train.add_argument("--reverb-address", default=None,
+                       help="HOST:PORT: serve Reverb on PORT for actors on other machines (tfplaceto actor)")
+
+    actor = commands.add_parser("actor", help="collect episodes for a `tfplaceto train` run on another machine")
+    actor.add_argument("--reverb-address", required=True, help="the learner's HOST:PORT")
+    actor.add_argument("--actor-id", type=int, default=None,
+                       help="this actor's id (seeds it; default: from the process id; unique per run)")
+    actor.add_argument("--batches", type=int, default=None, help="stop after this many batches (default: "
+                       "until the learner stops)")
+    actor.add_argument("--connect-timeout-s", type=float, default=120.0, help="wait this long for the server")
+    actor.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
+    actor.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -257,11 +273,29 @@ def _cmd_train(args) -> int:
         sources = [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
     else:
         sources = args.graph
-    result = training.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed)
+    if args.actors < 0:
+        raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
+    result = training.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
+                                    actors=args.actors, reverb_address=args.reverb_address)
     with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
         f.write(gin.operative_config_str())
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
           f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
+    return 0
+
+
+def _cmd_actor(args) -> int:
+    from tfplaceto import errors
+    from tfplaceto.rl import distributed
+
+    distributed.parse_address(args.reverb_address)
+    if args.batches is not None and args.batches < 1:
+        raise errors.TfplacetoError(f"--batches must be at least 1, got {args.batches}")
+    actor_id = 1000 + os.getpid() % 100000 if args.actor_id is None else args.actor_id
+    written = distributed.run_actor(args.reverb_address, actor_id, incarnation=args.incarnation,
+                                    parent_pid=args.parent_pid, batches=args.batches,
+                                    connect_timeout_s=args.connect_timeout_s)
+    print(f"actor {actor_id}: wrote {written} batches")
     return 0
 
 
@@ -291,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     from tfplaceto import errors
 
     _one_line_warnings()
-    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench, "train": _cmd_train,
-                "rewrite-saved-model": _cmd_rewrite_saved_model}
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
+                "train": _cmd_train, "actor": _cmd_actor, "rewrite-saved-model": _cmd_rewrite_saved_model}
     try:
         _check_command_args(args)
         return handlers[args.command](args)
