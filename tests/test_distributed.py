@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_rl import layered  # tests/ is on sys.path under pytest
 
 import tfplaceto as tp
 from tfplaceto import errors
@@ -25,8 +26,6 @@ from tfplaceto.rl import distributed
 from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.train import collect, specs, train
-
-from test_rl import layered  # noqa: E402  (tests/ is on sys.path under pytest)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
