@@ -261,6 +261,7 @@ class Launcher:
         self._rates: dict[int, tuple[int, int, float]] = {}  # actor -> (incarnation, episodes, wall)
         self._pending: dict[int, dict] = {}
         self._waited = 0.0
+        self.actor_rates: dict[int, list[float]] = {}  # actor -> its episodes/s between its items
 
     @property
     def address(self) -> str:
@@ -384,6 +385,7 @@ class Launcher:
         previous = self._rates.get(actor)
         if previous and previous[0] == meta["incarnation"] and meta["actor_wall_s"] > previous[2]:
             pending["episodes_per_s"] = (meta["actor_episodes"] - previous[1]) / (meta["actor_wall_s"] - previous[2])
+            self.actor_rates.setdefault(actor, []).append(pending["episodes_per_s"])
         self._rates[actor] = (meta["incarnation"], meta["actor_episodes"], meta["actor_wall_s"])
         self._pending[actor] = pending
         return batch
