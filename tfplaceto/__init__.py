@@ -45,7 +45,7 @@ def train(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, a
     (`tfplaceto.rl.distributed`). `logdir/summary.json` holds `episodes`, `decisions`, `wall_s`,
     `learner_steps`, `episodes_per_actor` and `policy_dir`.
     """
-    from tfplaceto.rl.train import train_sources  # TF-Agents loads only when training
+    from tfplaceto.rl.distributed import train_sources  # TF-Agents loads only when training
 
     return train_sources(sources, clusters, episodes, logdir, seed=seed, actors=actors, **config)
 

@@ -257,7 +257,7 @@ def _cmd_train(args) -> int:
     import gin
 
     from tfplaceto import errors
-    from tfplaceto.rl import train as training
+    from tfplaceto.rl import distributed
 
     if args.episodes < 1:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
@@ -275,7 +275,7 @@ def _cmd_train(args) -> int:
         sources = args.graph
     if args.actors < 0:
         raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
-    result = training.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
+    result = distributed.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
                                     actors=args.actors, reverb_address=args.reverb_address)
     with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
         f.write(gin.operative_config_str())

@@ -45,6 +45,10 @@ calls it on the way out, on errors and on Ctrl-C too. A killed learner leaves it
 running the same command again resumes from it (the actors exit when their learner is gone:
 they watch their parent process and the server).
 
+`train_sources(sources, clusters, episodes, logdir, seed, actors, reverb_address, **config)` is
+`tfplaceto.train` and `tfplaceto train`: the problems of every source on every cluster, trained
+by the embedded engine (`actors=0`, no address) or with actors (`train_distributed`).
+
 `run_actor(address, ...)` is the actor: it reads the job, rebuilds the problems from their
 sources (and refuses to collect if their fingerprints differ from the learner's: another
 version, other files), then loops: pull the weights, collect one batch with
@@ -451,6 +455,36 @@ def train_distributed(problems: Sequence[Problem], sources: Sequence | None, clu
         return train(problems, episodes=episodes, logdir=logdir, seed=seed, collector=launcher.start, **config)
     finally:
         launcher.close()
+
+
+def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0,
+                  reverb_address: str | None = None, **config):
+    """`tfplaceto.train`: a policy trained on every source on every cluster (see `train`).
+
+    actors > 0 (or a `reverb_address`, "HOST:PORT", to serve actors on other machines): collection
+    in actor processes through a Reverb server (`tfplaceto.rl.distributed`); 0: the embedded engine.
+    """
+    from tfplaceto.rl.train import problems_for, train
+
+    if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0:
+        raise errors.InvalidArgumentError(f"actors must be a non-negative integer, got {actors!r}")
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
+        raise errors.TfplacetoError(f"episodes must be a positive integer, got {episodes!r}")
+    sources = [sources] if isinstance(sources, str) or not isinstance(sources, Sequence) else list(sources)
+    clusters = [clusters] if isinstance(clusters, str) or not isinstance(clusters, Sequence) else list(clusters)
+    if not sources or not clusters:
+        raise errors.TfplacetoError("train needs at least one source and one cluster")
+    if (actors or reverb_address) and not all(isinstance(x, str) for x in [*sources, *clusters]):
+        raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
+                                          "builtin:NAME, presets): actor processes rebuild them from their names")
+    problems, labels = problems_for(sources, clusters)
+    if actors or reverb_address:
+        result = train_distributed(problems, sources, clusters, episodes, logdir, seed=seed, actors=actors,
+                                   reverb_address=reverb_address, **config)
+    else:
+        result = train(problems, episodes=episodes, logdir=logdir, seed=seed, **config)
+    result.labels = labels
+    return result
 
 
 # -- the actor -------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@
                        checkpoint every few updates in `logdir`; run it again with the same
                        arguments and it resumes exactly from the last checkpoint.
   problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
-  train_sources(...)   `tfplaceto.train`: `train` on sources x clusters; with actors > 0 (or a
-                       Reverb address) through `tfplaceto.rl.distributed`.
+`tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
+`tfplaceto.rl.distributed.train_sources`.
 
 Where batches come from is a hook: `train(..., collector=factory)` calls
 `factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
@@ -404,36 +404,3 @@ def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], 
             problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
             labels.append(f"{label}@{cluster.name}")
     return problems, labels
-
-
-def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0,
-                  reverb_address: str | None = None, **config) -> TrainResult:
-    """`tfplaceto.train`: a policy trained on every source on every cluster (see `train`).
-
-    actors > 0 (or a `reverb_address`, "HOST:PORT", to serve actors on other machines): collection
-    in actor processes through a Reverb server (`tfplaceto.rl.distributed`); 0: the embedded engine.
-    """
-    from tfplaceto import errors
-
-    if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0:
-        raise errors.InvalidArgumentError(f"actors must be a non-negative integer, got {actors!r}")
-    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
-        raise errors.TfplacetoError(f"episodes must be a positive integer, got {episodes!r}")
-    sources = [sources] if isinstance(sources, str) or not isinstance(sources, Sequence) else list(sources)
-    clusters = [clusters] if isinstance(clusters, str) or not isinstance(clusters, Sequence) else list(clusters)
-    if not sources or not clusters:
-        raise errors.TfplacetoError("train needs at least one source and one cluster")
-    if (actors or reverb_address) and not all(isinstance(x, str) for x in [*sources, *clusters]):
-        raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
-                                          "builtin:NAME, presets): actor processes rebuild them from their names")
-    problems, labels = problems_for(sources, clusters)
-    if actors or reverb_address:
-        from tfplaceto.rl.distributed import train_distributed
-
-        result = train_distributed(problems, sources, clusters, episodes, logdir, seed=seed, actors=actors,
-                                   reverb_address=reverb_address, **config)
-    else:
-        result = train(problems, episodes=episodes, logdir=logdir, seed=seed, **config)
-    result.labels = labels
-    return result
-
