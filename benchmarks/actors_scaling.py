@@ -9,8 +9,10 @@ which stops between updates), one configuration after the other in this process:
 A decision is one action (one node placed). Figures per configuration:
 - decisions/s: all decisions trained on / wall time of the run, actor start-up included;
 - steady decisions/s: from the first batch's arrival to the end (start-up excluded);
-- learner s/batch: time the learner spends per batch outside `batch()` (4 updates, publishing);
-- wait s/batch: time inside `batch()` (embedded: collecting; actors: waiting for the queue);
+- learner s/batch: time the learner spends per batch outside `batch()` (4 updates, publishing;
+  median over the batches);
+- wait s/batch: time inside `batch()` (embedded: collecting; actors: waiting for the queue;
+  median, the first batch excluded);
 - per actor: its own episodes/s between its items, as the learner's TensorBoard shows it.
 From those, the expected throughput of a 16-core machine with a GPU learner is
 min(15 actors x the per-actor rate, decisions per batch / learner s per batch): the first
@@ -90,8 +92,9 @@ def run(actors: int, seconds: float, problems, sources, clusters) -> dict:
            "episodes": result.episodes, "decisions": result.decisions, "batches": len(t.decisions),
            "decisions_per_s": result.decisions / wall, "steady_decisions_per_s": steady,
            "decisions_per_batch": float(np.mean(t.decisions)) if t.decisions else 0.0,
-           "learner_s_per_batch": float(np.mean(t.learner)) if t.learner else float("nan"),
-           "wait_s_per_batch": float(np.mean(t.wait[1:])) if len(t.wait) > 1 else float("nan"),
+           # Medians: the first updates also trace the train step (once per episode length).
+           "learner_s_per_batch": float(np.median(t.learner)) if t.learner else float("nan"),
+           "wait_s_per_batch": float(np.median(t.wait[1:])) if len(t.wait) > 1 else float("nan"),
            "episodes_per_actor": launcher.episodes_per_actor() if actors else {"embedded": result.episodes}}
     if actors:
         episodes_per_decision = result.episodes / max(result.decisions, 1)
@@ -108,15 +111,18 @@ def main(argv=None) -> None:
     parser.add_argument("--actors", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--cores", type=int, default=16, help="the machine of the projection")
     parser.add_argument("--out", default=None, help="JSON of the rows")
+    parser.add_argument("--gin-param", action="append", default=[],
+                        help="gin binding on top of train.gin, e.g. 'train.updates_per_batch = 1'")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import gin
 
     from tfplaceto.rl.train import problems_for
 
-    gin.parse_config_files_and_bindings([os.path.join(ROOT, "tfplaceto", "policy", "train.gin")], [])
+    gin.parse_config_files_and_bindings([os.path.join(ROOT, "tfplaceto", "policy", "train.gin")], args.gin_param)
     problems, labels = problems_for(args.graphs, args.clusters)
-    print(f"problems: {', '.join(labels)}; {args.seconds:.0f} s each; {os.cpu_count()} cores", flush=True)
+    print(f"problems: {', '.join(labels)}; {args.seconds:.0f} s each; {os.cpu_count()} cores; load average "
+          f"{os.getloadavg()[0]:.1f}; {' '.join(args.gin_param) or 'train.gin'}", flush=True)
     rows = []
     for actors in args.actors:
         row = run(actors, args.seconds, problems, args.graphs, args.clusters)
@@ -126,7 +132,7 @@ def main(argv=None) -> None:
         print(f"{name:<10} {row['decisions_per_s']:7.1f} decisions/s ({row['decisions']} in {row['wall_s']:.0f} s; "
               f"steady {row['steady_decisions_per_s']:.1f}/s after {row['start_up_s']:.0f} s start-up); "
               f"learner {row['learner_s_per_batch']:.2f} s/batch, wait {row['wait_s_per_batch']:.2f} s/batch"
-              f"{'; ' + per_actor if per_actor else ''}", flush=True)
+              f"{'; ' + per_actor if per_actor else ''}; load average {os.getloadavg()[0]:.1f}", flush=True)
     by = {row["actors"]: row for row in rows}
     if 0 in by and 1 in by and by[1].get("actor_decisions_per_s"):
         # The per-actor rate measured with one actor; the learner's time per batch from the

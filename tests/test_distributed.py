@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import reverb
 import tensorflow as tf
 from test_rl import layered  # tests/ is on sys.path under pytest
 
@@ -79,27 +80,34 @@ def test_an_item_carries_a_whole_batch_and_unpacks_to_it():
                               0, 0, 0, 0, 0.0)
 
 
-def test_an_actor_in_process_feeds_the_learner_through_reverb(tmp_path):
-    problem = layered(seed=4)
-    logdir = str(tmp_path / "run")
+def _train_with_an_actor_thread(problem, logdir, episodes, batches):
+    """`train` fed by one actor (id 7) running in a thread of this process; (result, batches written)."""
     launcher = distributed.Launcher(None, None, actors=0, logdir=logdir)
     written = {}
 
     def start(*args):
         collector = launcher.start(*args)
         thread = threading.Thread(target=lambda: written.setdefault(
-            "batches", distributed.run_actor(launcher.address, actor_id=7, problems=[problem], batches=6)))
+            "batches", distributed.run_actor(launcher.address, actor_id=7, problems=[problem], batches=batches)))
         thread.start()
         written["thread"] = thread
         return collector
 
     try:
-        result = train(problem, episodes=8, seed=5, lanes=2, hidden=8, rounds=2, logdir=logdir,
+        result = train(problem, episodes=episodes, seed=5, lanes=2, hidden=8, rounds=2, logdir=logdir,
                        checkpoint_every=2, progress=False, collector=start)
     finally:
         launcher.close()
-    written["thread"].join(60)
-    assert not written["thread"].is_alive() and written["batches"] >= 4
+    written["thread"].join(60)  # the actor stops at `batches`, or when the server is gone
+    assert not written["thread"].is_alive()
+    return result, written["batches"]
+
+
+def test_an_actor_in_process_feeds_the_learner_through_reverb_and_a_run_resumes(tmp_path):
+    problem = layered(seed=4)
+    logdir = str(tmp_path / "run")
+    result, batches = _train_with_an_actor_thread(problem, logdir, episodes=8, batches=6)
+    assert batches >= 4
     assert result.episodes == 8 and result.decisions == 8 * problem.num_nodes
     with open(os.path.join(logdir, "summary.json")) as f:
         summary = json.load(f)
@@ -108,9 +116,17 @@ def test_an_actor_in_process_feeds_the_learner_through_reverb(tmp_path):
     assert load_policy(summary["policy_dir"]).config == result.network.config
     scalars = _scalars(logdir)
     lags = scalars["actors/7/policy_lag"]
-    assert len(lags) == 4 and min(lags) >= 0 and max(lags) <= 3 * 4  # at most a few updates stale
+    # At most the items in flight (queue 1, the sampler's 1, the learner's hand-over 1, the
+    # actor's own) stale, 4 updates each.
+    assert len(lags) == 4 and min(lags) >= 0 and max(lags) <= 5 * 4
     assert "actors/7/episodes_per_s" in scalars and "learner/wait_s" in scalars
     assert all(np.isfinite(h["step_time_s"]) and h["step_time_s"] > 0 for h in result.history)
+    # A learner started again on the same logdir resumes: weights, counts, episodes per actor.
+    resumed, _ = _train_with_an_actor_thread(problem, logdir, episodes=12, batches=3)
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert resumed.episodes == 12 and len(resumed.history) == 12
+    assert summary["learner_steps"] == 6 * 4 and summary["episodes_per_actor"] == {"7": 12}
 
 
 def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tmp_path):
@@ -127,8 +143,26 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
             distributed.run_actor(launcher.address, problems=[layered(seed=5)], batches=1)
         with pytest.raises(errors.DistributedError, match="sources"):  # in-process problems, no names
             distributed.run_actor(launcher.address, batches=1)
+        # Nobody trains: the queue's rate limiter stops the actor after a few items.
+        actor = threading.Thread(target=distributed.run_actor, args=(launcher.address,),
+                                 kwargs={"problems": [problem], "batches": 40})
+        actor.start()
+        client = reverb.Client(launcher.address)
+
+        def inserted():
+            return client.server_info()[distributed.TRAJECTORIES].rate_limiter_info.insert_stats.completed
+
+        counts, deadline = [inserted()], time.monotonic() + 120
+        while len(counts) < 20 or counts[-1] != counts[-20] or counts[-1] == 0:  # stable for 10 s
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+            counts.append(inserted())
+        assert actor.is_alive() and 1 <= counts[-1] <= 4
+        assert client.server_info()[distributed.TRAJECTORIES].current_size == 1
     finally:
         launcher.close()
+    actor.join(60)
+    assert not actor.is_alive()  # the server is gone: the actor stops
     with pytest.raises(errors.InvalidArgumentError, match="initial"):
         distributed.make_job(None, None, [problem], {**settings, "initial": np.zeros(3)}, env.dims)
     for address in ("nohost", "host:0", "host:99999", ":80", "host:port"):
