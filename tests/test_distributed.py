@@ -251,3 +251,27 @@ def test_train_with_two_actors_survives_a_killed_actor_and_ends_cleanly(tmp_path
     assert len(policy) > 0
     saved = tf.saved_model.load(os.path.join(summary["policy_dir"], "saved_policy"))
     assert callable(saved.action)
+
+
+def test_ctrl_c_stops_the_actors_the_launcher_started(tmp_path, monkeypatch):
+    def interrupted(self):
+        while len(self._procs) < 2:  # both started
+            time.sleep(0.1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distributed.Launcher, "batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        distributed.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=2,
+                                      lanes=2, hidden=8, rounds=2, progress=False)
+    actors = json.loads((tmp_path / "actors" / "actors.json").read_text())
+    assert set(actors) == {"0", "1"} and not any(_pid_alive(a["pid"]) for a in actors.values())
+
+
+@pytest.mark.slow
+def test_an_actor_that_keeps_failing_is_an_error_with_its_log(tmp_path):
+    # Problems given in-process have no sources: actor processes cannot rebuild them and exit.
+    with pytest.raises(errors.DistributedError, match="exited with status 2 3 times.*not named by sources"):
+        distributed.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=1,
+                                      lanes=2, hidden=8, rounds=2, progress=False)
+    actors = json.loads((tmp_path / "actors" / "actors.json").read_text())
+    assert actors["0"]["incarnation"] == 2 and not _pid_alive(actors["0"]["pid"])

@@ -64,6 +64,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -213,7 +214,9 @@ def make_job(sources: Sequence | None, clusters: Sequence | None, problems: Sequ
             "network": settings["network"], "dims": [dims.nodes, dims.edges, dims.devices, dims.steps]}
 
 
-def _server(env, lanes: int, variables: dict, port: int | None, queue_size: int):
+def _server(env, lanes: int, variables: dict, port: int | None, queue_size: int, directory: str):
+    """The Reverb server (its checkpoint directory, never written to, is `directory`: Reverb's
+    default would leave a temporary directory behind per run)."""
     import reverb
     import tensorflow as tf
 
@@ -226,7 +229,7 @@ def _server(env, lanes: int, variables: dict, port: int | None, queue_size: int)
     tables = [reverb.Table.queue(TRAJECTORIES, max_size=queue_size, signature=item_spec(env, lanes)),
               single(VARIABLES, variable_signature), single(JOB, tf.TensorSpec((), tf.string))]
     try:
-        return reverb.Server(tables, port=port)
+        return reverb.Server(tables, port=port, checkpointer=reverb.checkpointers.DefaultCheckpointer(directory))
     except Exception as e:  # reverb raises RuntimeError / ValueError for a port it cannot bind
         raise errors.DistributedError(f"cannot serve Reverb on port {port}: {errors.first_line(e)}") from None
 
@@ -254,6 +257,7 @@ class Launcher:
         self._logdir = logdir
         self._timeout_s = timeout_s
         self._server = None
+        self._reverb_dir = None
         self._procs: dict[int, subprocess.Popen] = {}
         self._incarnations: dict[int, int] = {}
         self._failures: dict[int, int] = {}
@@ -286,7 +290,9 @@ class Launcher:
         self._agent = agent
         job = make_job(self._sources, self._clusters, env.problems, settings, env.dims)
         self._variables = {POLICY_KEY: agent.network.variables, TRAIN_STEP_KEY: agent.train_step_counter}
-        self._server = _server(env, settings["lanes"], self._variables, self._port, max(self._actors, 1))
+        self._reverb_dir = tempfile.mkdtemp(prefix="tfplaceto-reverb-")
+        self._server = _server(env, settings["lanes"], self._variables, self._port, max(self._actors, 1),
+                               self._reverb_dir)
         self._client = reverb.Client(self.address)
         self._client.insert(tf.constant(json.dumps(job)), priorities={JOB: 1.0})
         self._container = reverb_variable_container.ReverbVariableContainer(self.address, table_names=[VARIABLES])
@@ -426,6 +432,8 @@ class Launcher:
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self._reverb_dir is not None:
+            shutil.rmtree(self._reverb_dir, ignore_errors=True)
 
 
 def _last_line(path: str) -> str:
@@ -474,6 +482,8 @@ def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: in
     clusters = [clusters] if isinstance(clusters, str) or not isinstance(clusters, Sequence) else list(clusters)
     if not sources or not clusters:
         raise errors.TfplacetoError("train needs at least one source and one cluster")
+    if reverb_address is not None:
+        parse_address(reverb_address)  # before building any problem
     if (actors or reverb_address) and not all(isinstance(x, str) for x in [*sources, *clusters]):
         raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
                                           "builtin:NAME, presets): actor processes rebuild them from their names")
