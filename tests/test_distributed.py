@@ -87,7 +87,7 @@ def _train_with_an_actor_thread(problem, logdir, episodes, batches):
 
     def start(*args):
         collector = launcher.start(*args)
-        thread = threading.Thread(target=lambda: written.setdefault(
+        thread = threading.Thread(daemon=True, target=lambda: written.setdefault(
             "batches", distributed.run_actor(launcher.address, actor_id=7, problems=[problem], batches=batches)))
         thread.start()
         written["thread"] = thread
@@ -144,7 +144,7 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
         with pytest.raises(errors.DistributedError, match="sources"):  # in-process problems, no names
             distributed.run_actor(launcher.address, batches=1)
         # Nobody trains: the queue's rate limiter stops the actor after a few items.
-        actor = threading.Thread(target=distributed.run_actor, args=(launcher.address,),
+        actor = threading.Thread(target=distributed.run_actor, args=(launcher.address,), daemon=True,
                                  kwargs={"problems": [problem], "batches": 40})
         actor.start()
         client = reverb.Client(launcher.address)

@@ -294,7 +294,7 @@ def _cmd_actor(args) -> int:
     actor_id = 1000 + os.getpid() % 100000 if args.actor_id is None else args.actor_id
     written = distributed.run_actor(args.reverb_address, actor_id, incarnation=args.incarnation,
                                     parent_pid=args.parent_pid, batches=args.batches,
-                                    connect_timeout_s=args.connect_timeout_s)
+                                    connect_timeout_s=args.connect_timeout_s, exit_when_gone=True)
     print(f"actor {actor_id}: wrote {written} batches")
     return 0
 

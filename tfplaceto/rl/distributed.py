@@ -519,7 +519,7 @@ def _read_job(client, address: str, timeout_s: float) -> dict:
 
 def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid: int | None = None,
               batches: int | None = None, problems: Sequence[Problem] | None = None,
-              connect_timeout_s: float = 120.0) -> int:
+              connect_timeout_s: float = 120.0, exit_when_gone: bool = False) -> int:
     """Collects batches for the learner at `address` until it is gone (or `batches` are written).
 
     Args:
@@ -529,6 +529,8 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
       batches: stop after writing this many (None: until the learner stops).
       problems: the job's problems, when already built (else from its sources and clusters).
       connect_timeout_s: how long to wait for the server at start.
+      exit_when_gone: once connected, end the process when the learner is gone
+        (`exit_when_learner_gone`; for actor processes, not threads).
     Returns the number of batches written.
     """
     import reverb
@@ -545,6 +547,8 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     parse_address(address)
     client = reverb.Client(address)
     job = _read_job(client, address, connect_timeout_s)
+    if exit_when_gone:
+        exit_when_learner_gone(address, parent_pid)
     if problems is None:
         if job["sources"] is None:
             raise errors.DistributedError("this learner's problems are not named by sources: its actors "
@@ -579,17 +583,44 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     progress = {"written": 0}
     try:
         _collect_loop(client, container, variables, env, py_policy, spec, actor_id, incarnation, batches,
-                      orphaned, progress)
-    except (tf.errors.OpError, RuntimeError, reverb.errors.ReverbError) as e:
-        if not gone():
+                      orphaned, gone, progress)
+    except (tf.errors.OpError, RuntimeError, reverb.errors.ReverbError, _LearnerGone) as e:
+        if not isinstance(e, _LearnerGone) and not gone():
             raise
-        print(f"tfplaceto: actor {actor_id}: the learner at {address} is gone ({errors.first_line(e)})",
-              file=sys.stderr)
+        print(f"tfplaceto: actor {actor_id}: the learner at {address} is gone ({errors.first_line(e)}); "
+              f"{progress['written']} batches written", file=sys.stderr)
     return progress["written"]
 
 
+def exit_when_learner_gone(address: str, parent_pid: int | None = None, every_s: float = 5.0) -> None:
+    """Starts a thread that ends this process (status 0) once its learner is gone: the parent
+    process `parent_pid` died, or the server at `address` did not answer twice in a row (a call
+    into Reverb that was under way when the server went away would otherwise wait forever).
+    For actor processes only (`tfplaceto actor`)."""
+    import reverb
+
+    def watch() -> None:
+        client, misses = reverb.Client(address), 0
+        while True:
+            time.sleep(every_s)
+            try:
+                client.server_info(timeout=5)
+                misses = 0
+            except Exception:  # noqa: BLE001  (any failure to reach it)
+                misses += 1
+            if misses >= 2 or (parent_pid is not None and os.getppid() != parent_pid):
+                print(f"tfplaceto: actor: the learner at {address} is gone; exiting", file=sys.stderr, flush=True)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="tfplaceto-learner-watch", daemon=True).start()
+
+
+class _LearnerGone(Exception):
+    """The actor's learner stopped (its server does not answer, or the launcher process died)."""
+
+
 def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict, actor_id: int,
-                  incarnation: int, batches: int | None, orphaned, progress: dict) -> None:
+                  incarnation: int, batches: int | None, orphaned, gone, progress: dict) -> None:
     """The actor's loop: pull the weights, collect a batch, write it (blocking while the queue is
     full); counts the batches written in `progress["written"]`."""
     import reverb
@@ -598,8 +629,14 @@ def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict
     from tfplaceto.rl.train import collect
 
     start, episodes = time.perf_counter(), 0
-    with client.trajectory_writer(num_keep_alive_refs=1) as writer:
+    # Not `with`: leaving the writer's context flushes with no timeout, forever if the learner is gone.
+    writer = client.trajectory_writer(num_keep_alive_refs=1)
+    try:
         while (batches is None or progress["written"] < batches) and not orphaned():
+            # Reverb's clients wait for a server that went away (sampling the weights would block
+            # forever): ask first, with a timeout. `exit_when_learner_gone` covers the rest.
+            if gone():
+                raise _LearnerGone("its Reverb server does not answer")
             container.update(variables, VARIABLES)
             experience, weights, _ = collect(env, py_policy, env.reset())
             summaries = env.pop_summaries()
@@ -609,12 +646,15 @@ def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict
                              incarnation, int(variables[TRAIN_STEP_KEY].numpy()), episodes,
                              time.perf_counter() - start)
             writer.append(item)
-            writer.create_item(TRAJECTORIES, 1.0, tf.nest.map_structure(lambda column: column[-1], writer.history))
-            while True:  # blocks while the queue is full (the rate limiter), watching the parent
+            writer.create_item(TRAJECTORIES, 1.0, tf.nest.map_structure(lambda column: column[-1],
+                                                                        writer.history))
+            while True:  # blocks while the queue is full (the rate limiter), watching the learner
                 try:
                     writer.flush(timeout_ms=2000)
                     break
                 except reverb.errors.DeadlineExceededError:
-                    if orphaned():
-                        return
+                    if orphaned() or gone():
+                        raise _LearnerGone("no confirmation of the last batch") from None
             progress["written"] += 1
+    finally:
+        writer.close()
