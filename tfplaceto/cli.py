@@ -258,6 +258,7 @@ def _cmd_train(args) -> int:
 
     from tfplaceto import errors
     from tfplaceto.rl import distributed
+    from tfplaceto.rl import train as _  # noqa: F401  (registers train() with gin before the config is parsed)
 
     if args.episodes < 1:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
