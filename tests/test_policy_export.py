@@ -6,14 +6,14 @@ import os
 import numpy as np
 import tensorflow as tf
 from test_rl import layered  # tests/ is on sys.path under pytest
-from tf_agents.policies import py_tf_eager_policy
+from tf_agents.policies import greedy_policy, py_tf_eager_policy
 
 from tfplaceto.cli import main
 from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import SAVED_POLICY, load_policy
-from tfplaceto.rl.agent import as_tensors
+from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import train
+from tfplaceto.rl.train import specs, train
 
 
 def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_path):
@@ -27,13 +27,17 @@ def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_
     saved = tf.saved_model.load(os.path.join(policy_dir, SAVED_POLICY))
     for index in range(2):  # either training problem, observed by a PlacementEnvironment over both
         env = PlacementEnvironment(problems, batch_size=3, seed=index, same_problem=True)
-        statics = as_tensors(F.pack(env.statics, env.dims))
+        # The reference: the same greedy policy built in this process over the loaded network.
+        reference = greedy_policy.GreedyPolicy(PlacetoPolicy(*specs(env), network,
+                                                             as_tensors(F.pack(env.statics, env.dims))))
+        state, saved_state = reference.get_initial_state(3), saved.get_initial_state(3)
         step = env.reset()
         steps = 0
         while not step.is_last().all():
-            action = saved.action(tf.nest.map_structure(tf.constant, step), ()).action.numpy()
-            greedy = np.argmax(network(statics, {k: tf.constant(v) for k, v in step.observation.items()}), axis=-1)
-            np.testing.assert_array_equal(action, greedy)
+            time_step = tf.nest.map_structure(tf.constant, step)
+            out, expected = saved.action(time_step, saved_state), reference.action(time_step, state)
+            action, saved_state, state = out.action.numpy(), out.state, expected.state
+            np.testing.assert_array_equal(action, expected.action.numpy())
             assert step.observation[F.ACTION_MASK][np.arange(3), action].all()
             step = env.step(action)
             steps += 1
