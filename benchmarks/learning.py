@@ -8,7 +8,10 @@ climbing), the mean simulated step time of their end placements. Flat references
 - best fast baseline (the best of single, round_robin, expert, metis, m_topo, m_etf, m_sct, heft);
 - untrained weights: the same greedy episodes with fresh weights (the control);
 - uniform random actions: the same random starts, every node re-placed uniformly at random.
-Also the policy alone from the single-device start, at the end (where the best baseline is the
+"last" is the last weights' evaluation; "policy" is the exported policy (with the shipped
+configuration, the best policy alone evaluated during training on starts of its own,
+`train(select_every=...)`: model selection on the training graph), measured on the benchmark's
+starts. Also the exported policy alone from the single-device start (where the best baseline is the
 single device, a policy that learned nothing scores 1.0x from that start: the random start is
 the one that counts).
 
@@ -94,15 +97,18 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     result = train(problem, episodes=episodes, seed=seed, network=network, progress=False,
                    callback=on_episode, **config)
     reached = next((p for p in curve if p["step_time_s"] <= TARGET * best), None)
-    final = curve[-1]["step_time_s"]
+    last = curve[-1]["step_time_s"]
+    exported_actor = Actor(problem, result.exported_network(), seed)
+    final = policy_alone(exported_actor)
     return {
         "graph": name, "cluster": cluster, "nodes": problem.num_nodes, "episodes": result.episodes,
         "decisions": result.decisions, "train_wall_s": result.wall_s - evaluation_s[0],
         "best_baseline": best_method, "best_baseline_s": best, "baselines_s": baselines,
         "single_is_best": best_method == "single", "untrained_s": untrained,
-        "random_actions_s": random_moves, "curve": curve, "final_s": final,
+        "random_actions_s": random_moves, "curve": curve, "last_s": last,
+        "selected_episode": result.selected_episode, "final_s": final,
         "final_over_best": final / best, "final_over_untrained": final / untrained,
-        "from_single_s": policy_alone(start="single"),
+        "from_single_s": policy_alone(exported_actor, start="single"),
         "untrained_from_single_s": policy_alone(Actor(problem, PlacetoNetwork(seed=seed), seed), "single"),
         "reached_episode": reached["episode"] if reached else None,
         "reached_wall_s": reached["wall_s"] if reached else None,
@@ -162,13 +168,14 @@ def main(argv=None) -> None:
                 json.dump(rows, f, indent=1)
         if args.plot:
             plot(rows, args.plot)
-    print(f"\n{'graph':<18} {'best baseline':>22} {'untrained':>10} {'random':>10} {'policy':>10} "
-          f"{'x best':>7} {'x untr.':>8} {'from single':>12} {'reached 1.05x at':>24}")
+    print(f"\n{'graph':<18} {'best baseline':>22} {'untrained':>10} {'random':>10} {'last':>10} "
+          f"{'policy':>10} {'(episode)':>9} {'x best':>7} {'x untr.':>8} {'from single':>12} {'reached 1.05x at':>24}")
     for r in rows:
         reached = (f"{r['reached_episode']} ep / {r['reached_wall_s']:.0f} s" if r["reached_episode"] is not None
                    else "not reached")
         print(f"{r['graph']:<18} {r['best_baseline_s'] * 1e3:>10.3f} ms ({r['best_baseline']:>7}) "
-              f"{r['untrained_s'] * 1e3:>8.3f}ms {r['random_actions_s'] * 1e3:>8.3f}ms {r['final_s'] * 1e3:>8.3f}ms "
+              f"{r['untrained_s'] * 1e3:>8.3f}ms {r['random_actions_s'] * 1e3:>8.3f}ms {r['last_s'] * 1e3:>8.3f}ms "
+              f"{r['final_s'] * 1e3:>8.3f}ms {str(r['selected_episode']):>9} "
               f"{r['final_over_best']:>7.3f} {r['final_over_untrained']:>8.3f} {r['from_single_s'] * 1e3:>10.3f}ms "
               f"{reached:>24}")
     met = sum(r["final_over_best"] <= TARGET for r in rows)

@@ -5,8 +5,10 @@ simulated step times on one GPU should agree. The model is issue 17's: a two-lay
 text classifier (embedding 5000 x 128, sequence 32, batch 32, Adam), training step imported
 from Keras, analytical costs for 4xV100, everything on GPU:0. For each form it prints the ops,
 the loops and their trip counts, the total GPU compute, the simulated step and peak memory, and
-the loop / unrolled ratios. `--ignore-trips` also prints the loop form costed as before issue
-17 (every body op once): the gap the trip counts close.
+the loop / unrolled ratios. The loop form is the standard implementation (imported without a
+cluster); "cudnn" is the same model imported for the cluster, whose GPUs run cuDNN's fused LSTM
+ops instead (what TensorFlow runs there). `--ignore-trips` also prints the loop form costed as
+before issue 17 (every body op once): the gap the trip counts close.
 
 Run: .venv/bin/python benchmarks/loop_vs_unrolled.py [--units 256] [--steps 32] [--cluster 4xV100]
 """
@@ -57,9 +59,9 @@ def main(argv=None) -> None:
     gpu = next(d for d in cluster.devices if d.type == "GPU")
     column = cluster.kinds.index(gpu.kind)
     steps = {}
-    for form, unroll in (("loop", False), ("unrolled", True)):
+    for form, unroll, target in (("loop", False, None), ("unrolled", True, None), ("cudnn", False, cluster)):
         graph = tp.import_graph(build_model(unroll, args.units, args.steps, args.batch),
-                                batch_size=args.batch)
+                                batch_size=args.batch, cluster=target)
         costs = tp.profile(graph, cluster, use_cache=False)
         placement = {name: gpu.name for name in graph.names}
         result = tp.simulate(graph, placement, cluster, costs=costs)

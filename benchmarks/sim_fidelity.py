@@ -1,25 +1,36 @@
 """How well the simulator's step times track real ones on a 2-task TensorFlow cluster.
 
-For a real model (a small Keras CNN's training step: forward, backward, Adam update; > 300 ops)
-and 20+ placements over the two worker tasks of a `LocalTFCluster(2)` (single device, round
-robin, random, biased random, topological pipeline splits, layer-wise splits, and every baseline
-`tfplaceto.place` has), it prints the simulated and the measured step time of each placement,
-then the Spearman rank correlation and the mean absolute (percentage) error.
+Two real workloads, each a compiled Keras model's training step (forward, backward, Adam update):
+a small CNN (convolutions, max pooling, dense layers; > 600 ops) and a small attention model (a
+transformer encoder block: multi-head self-attention, layer norms, a feed-forward block). For each,
+20+ placements over the two worker tasks of a `LocalTFCluster(2)` (single device, round robin,
+random, biased random, topological pipeline splits, layer-wise splits, and every baseline
+`tfplaceto.place` has) are measured for real, in `--rounds` interleaved rounds (a new shuffled
+order each round, `measure_many`), and simulated twice with the same op costs:
 
-The simulator gets:
-- links calibrated on the same cluster (`calibrate_links`: bandwidth by least squares over
-  sized transfers, latency per hop from bounced chains);
-- op costs traced on worker task 0 itself (`calibrate_op_costs`: its pinned core, its thread
-  pools), and, for comparison, `tfplaceto.costs.profile(..., source="measured")`, which runs the
-  ops in this (unpinned) process under the "CPU:host" kind that the worker devices share.
-The placement simulated is the one measured: the devices `apply_placement` actually wrote (it
-enforces colocation and may move ops a placer left free).
+- **calibrated**: the cluster `tfplaceto calibrate` would write for these tasks: links, each
+  task's speed factor (`compute_scale`, the reference op chain timed on each task) and the
+  contention between the tasks (both on one host: a `ContentionGroup`, the chain timed on both at
+  once), all measured before any placement;
+- **uncalibrated**: the same links, no speed factor, no contention (the model before issue 15).
 
-Measured steps run with grappler off, as the op costs are traced (`--grappler` measures with
-TensorFlow's default graph optimizations instead). The simulator is not tuned to this machine.
+It prints both simulated times and the measured time of each placement with the spread of its
+rounds, then per workload and model the Spearman rank correlation and the mean absolute
+percentage error, and ends with the lines
+
+  fidelity[cnn]: spearman S mape M (uncalibrated: spearman S0 mape M0)
+  fidelity[attention]: ...
+  fidelity: spearman S mape M (uncalibrated: spearman S0 mape M0)
+
+the last one the mean over the workloads. Op costs are traced on worker task 0 itself
+(`calibrate_op_costs`: its pinned core, its thread pools). The placement simulated is the one
+measured: the devices `apply_placement` actually wrote (it enforces colocation and may move ops a
+placer left free). Measured steps run with grappler off, as the op costs are traced
+(`--grappler` measures with TensorFlow's default graph optimizations instead). Nothing is fitted
+to the placements: the calibration sees only the reference chain and the transfer graphs.
 
 Run: .venv/bin/python benchmarks/sim_fidelity.py [--batch-size 32] [--runs 5] [--rounds 3]
-     [--random 6] [--grappler]
+     [--random 6] [--workloads cnn attention] [--grappler]
 """
 
 from __future__ import annotations
@@ -62,7 +73,38 @@ def build_model(seed: int = 0):
     return model
 
 
-def placements(op_graph, cluster, costs, n_random: int, seed: int = 0) -> dict[str, dict[str, str]]:
+def build_attention_model(seed: int = 0):
+    """A transformer encoder block over 16 tokens of 64 features, classifying the sequence."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(seed)
+    layers = tf.keras.layers
+    inputs = tf.keras.Input((16, 64))
+    x = layers.Dense(64, name="proj")(inputs)
+    attended = layers.MultiHeadAttention(num_heads=4, key_dim=16, name="attn")(x, x)
+    x = layers.LayerNormalization(name="norm1")(x + attended)
+    hidden = layers.Dense(128, activation="relu", name="ffn1")(x)
+    x = layers.LayerNormalization(name="norm2")(x + layers.Dense(64, name="ffn2")(hidden))
+    x = layers.GlobalAveragePooling1D(name="pool")(x)
+    outputs = layers.Dense(10, name="logits")(x)
+    model = tf.keras.Model(inputs, outputs)
+    model.compile(optimizer=tf.keras.optimizers.Adam(1e-3),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+# name -> (model builder, its layers in order, two layer-wise splits: (label, layers on task 1))
+WORKLOADS = {
+    "cnn": (build_model, ("conv1", "conv2", "conv3", "conv4", "fc1", "fc2", "logits"),
+            (("convs|fcs", {"fc1", "fc2", "logits"}), ("alternate_layers", {"conv2", "conv4", "fc2"}))),
+    "attention": (build_attention_model, ("proj", "attn", "norm1", "ffn1", "ffn2", "norm2", "logits"),
+                  (("attn|ffn", {"ffn1", "ffn2", "norm2", "logits"}),
+                   ("alternate_layers", {"attn", "ffn1", "norm2"}))),
+}
+
+
+def placements(op_graph, cluster, costs, n_random: int, seed: int = 0, layer_names=WORKLOADS["cnn"][1],
+               layer_splits=WORKLOADS["cnn"][2]) -> dict[str, dict[str, str]]:
     """name -> op placement over the cluster's two devices (see the module docstring)."""
     import tfplaceto as tp
     from tfplaceto import baselines
@@ -90,47 +132,13 @@ def placements(op_graph, cluster, costs, n_random: int, seed: int = 0) -> dict[s
     for fraction in (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9):  # pipeline: a prefix of the topo order
         cut = int(fraction * len(order))
         result[f"topo_split:{fraction}"] = {n: d0 if k < cut else d1 for k, n in enumerate(order)}
-    layers = ("conv1", "conv2", "conv3", "conv4", "fc1", "fc2", "logits")
-    for label, second in (("convs|fcs", {"fc1", "fc2", "logits"}),
-                          ("alternate_layers", {"conv2", "conv4", "fc2"})):
+    for label, second in layer_splits:
         placement = {}
         for n in names:
-            layer = next((lay for lay in layers if f"/{lay}/" in f"/{n}/"), None)
+            layer = next((lay for lay in layer_names if f"/{lay}/" in f"/{n}/"), None)
             placement[n] = d1 if layer in second else d0
         result[f"layers:{label}"] = placement
     return result
-
-
-def contention_check(tf_cluster, config, runs: int) -> None:
-    """Prints how much slower two tasks computing at once are than each alone.
-
-    A chain of 512x512 matmuls on one task, the same chain on the other, and one chain on each
-    at the same time. The simulator assumes the last takes as long as the slower single chain.
-    """
-    import tensorflow as tf
-
-    from tfplaceto.measure import measure
-
-    def chains(count: int):
-        graph = tf.Graph()
-        with graph.as_default():
-            for c in range(count):
-                x = tf.constant(np.full((512, 512), 1e-3, np.float32), name=f"chain{c}/x")
-                for k in range(20):
-                    x = tf.matmul(x, x, name=f"chain{c}/matmul{k}")
-        return graph.as_graph_def()
-
-    devices = tf_cluster.devices
-    one, two = chains(1), chains(2)
-    alone = [measure(one, {n.name: d for n in one.node}, target=tf_cluster, runs=runs, config=config)
-             for d in devices[:2]]
-    together = measure(two, {n.name: devices[int(n.name[5])] for n in two.node}, target=tf_cluster,
-                       runs=runs, config=config)
-    slower = max(r.step_time_s for r in alone)
-    print(f"contention: one matmul chain alone {alone[0].step_time_s * 1e3:.1f} ms on task 0, "
-          f"{alone[1].step_time_s * 1e3:.1f} ms on task 1; one on each at once "
-          f"{together.step_time_s * 1e3:.1f} ms = {together.step_time_s / slower:.2f}x the slower "
-          "alone (1.00 = the simulator's assumption, 2.00 = no parallel speed-up)")
 
 
 def effective_placement(op_graph, placement) -> dict[str, str]:
@@ -171,6 +179,13 @@ def overlap_s(result) -> float:
     return total
 
 
+def scores(simulated: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """(Spearman rank correlation, mean absolute percentage error in %)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(simulated, measured)[0]), float(np.mean(np.abs(simulated - measured) / measured) * 100)
+
+
 def summarize(label: str, simulated: np.ndarray, measured: np.ndarray) -> None:
     from scipy.stats import spearmanr
 
@@ -181,107 +196,89 @@ def summarize(label: str, simulated: np.ndarray, measured: np.ndarray) -> None:
           f"{np.mean(simulated / measured):.2f}")
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=5, help="timed steps per placement and round")
-    parser.add_argument("--rounds", type=int, default=3, help="measurement rounds over all placements")
-    parser.add_argument("--random", type=int, default=6, help="random placements")
-    parser.add_argument("--grappler", action="store_true", help="measure with grappler on")
-    args = parser.parse_args(argv)
-
-    import tensorflow as tf
-
-    import tfplaceto as tp
-    from tfplaceto.measure import LocalTFCluster, measure
+def calibrate(tf_cluster, args):
+    """(uncalibrated cluster: links only, calibrated cluster: links, speeds, contention)."""
     from tfplaceto.measure.calibrate import (
-        calibrate_op_costs,
+        calibrate_cluster,
         fit_link,
         fit_transfer_model,
         measure_transfers,
     )
+    from tfplaceto.measure.devices import host_groups, measure_devices
 
-    op_graph = tp.import_graph(build_model(), batch_size=args.batch_size)
-    print(f"model: Keras CNN training step, batch {args.batch_size}: {op_graph}")
-    config = None
-    if not args.grappler:
-        config = tf.compat.v1.ConfigProto()
-        config.graph_options.rewrite_options.disable_meta_optimizer = True
-        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    links = []
+    print("\ncalibrated links (transfer = step with the transfer - step without; hop latency = "
+          "slope of bounced chains over their length):")
+    for transfers in measure_transfers(tf_cluster):
+        link = fit_link(transfers)
+        intercept, _ = fit_transfer_model(transfers)
+        links.append(link)
+        print(f"  task {_task(link.src)} -> task {_task(link.dst)}: hop latency "
+              f"{link.latency_s * 1e6:.0f} us, bandwidth {link.bandwidth_bytes_per_s / 1e9:.3f} GB/s "
+              f"(fit intercept {intercept * 1e6:.0f} us = latency + fixed cost of a second task)")
+    uncalibrated = tf_cluster.cluster(links)
+    groups = host_groups(tf_cluster)
+    times = measure_devices(tf_cluster, groups=groups, rounds=args.rounds + 2, runs=args.runs)
+    print(f"reference chain ({times.rounds} interleaved rounds of {times.runs} steps; spread = "
+          "max - min of the round medians over their median):")
+    for device, seconds in times.alone_s.items():
+        print(f"  task {_task(device)} alone: {seconds * 1e3:.1f} ms (spread {times.alone_spread[device]:.0%})")
+    for group, seconds in times.together_s.items():
+        print(f"  tasks {', '.join(_task(d) for d in group)} at once: {seconds * 1e3:.1f} ms (spread "
+              f"{times.together_spread[group]:.0%}) = {times.slowdown(group):.2f}x the slowest alone, "
+              f"efficiency {times.efficiency(group):.2f}")
+    calibrated = calibrate_cluster(tf_cluster, device_times=times, links=links)
+    print(f"calibrated model: compute_scale {[round(d.compute_scale, 3) for d in calibrated.devices]}, "
+          f"contention {[(len(g.devices), round(g.efficiency, 3)) for g in calibrated.contention] or 'none'}")
+    return uncalibrated, calibrated
 
-    started = time.perf_counter()
-    print(f"host: {os.cpu_count()} cores, load average {_load()} (other processes share these cores)")
-    with LocalTFCluster(2) as tf_cluster:
-        print(f"cluster: {tf_cluster.description}, cores per task {tf_cluster.core_sets}, "
-              f"intra/inter-op threads {tf_cluster.intra_op_threads}/{tf_cluster.inter_op_threads} "
-              f"(up in {time.perf_counter() - started:.1f} s)")
 
-        contention_check(tf_cluster, config, args.runs * 2)
-        links = []
-        print("\ncalibrated links (transfer = step with the transfer - step without; hop latency = "
-              "slope of bounced chains over their length):")
-        for transfers in measure_transfers(tf_cluster):
-            link = fit_link(transfers)
-            intercept, _ = fit_transfer_model(transfers)
-            links.append(link)
-            print(f"  task {_task(link.src)} -> task {_task(link.dst)}: hop latency "
-                  f"{link.latency_s * 1e6:.0f} us, bandwidth {link.bandwidth_bytes_per_s / 1e9:.3f} GB/s "
-                  f"(fit intercept {intercept * 1e6:.0f} us = latency + fixed cost of a second task)")
-            chain = ", ".join(f"{m} hops {s * 1e3:.3f} ms" for m, s in zip(transfers.hops, transfers.hop_seconds))
-            print(f"    chains: {chain}")
-            for size, seconds in zip(transfers.sizes_bytes, transfers.seconds):
-                model = intercept + size / link.bandwidth_bytes_per_s
-                print(f"    {size:>10,d} B  measured {seconds * 1e3:8.3f} ms  fit {model * 1e3:8.3f} ms")
-        cluster = tf_cluster.cluster(links)
+def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
+    """Measures and simulates one workload; returns (simulated calibrated, uncalibrated, measured)."""
+    import warnings
 
-        worker_costs = calibrate_op_costs(op_graph, tf_cluster, cluster=cluster)
-        print(f"\nop costs traced on worker task 0: total {worker_costs.compute_s.sum() * 1e3:.1f} ms "
-              f"per step ({worker_costs.source})")
-        try:
-            local_costs = tp.profile(op_graph, cluster, source="measured", use_cache=False)
-            how = "tp.profile(source='measured') on this process's CPU:0 (kind CPU:host)"
-        except tp.errors.CostProfileError as e:
-            print(f"  measured profile for the worker cluster failed ({e}); using local:1")
-            local_costs = tp.profile(op_graph, "local:1", source="measured", use_cache=False)
-            how = "tp.profile('local:1', source='measured'), kind CPU:host mapped"
-        print(f"op costs, {how}: total {local_costs.compute_s.sum() * 1e3:.1f} ms per step")
+    import tfplaceto as tp
+    from tfplaceto.measure import MeasurementWarning, measure_many
+    from tfplaceto.measure.calibrate import calibrate_op_costs
+    from tfplaceto.sim import Simulator
 
-        chosen = {label: effective_placement(op_graph, p)
-                  for label, p in placements(op_graph, cluster, worker_costs, args.random).items()}
-        # Rounds in a different order each: a burst of load from elsewhere on the host then
-        # spreads over many placements instead of inflating a few.
-        samples: dict[str, list[float]] = {label: [] for label in chosen}
-        rng = np.random.default_rng(1)
-        for r in range(args.rounds):
-            for label in rng.permutation(list(chosen)):
-                result = measure(op_graph, chosen[label], target=tf_cluster, runs=args.runs, config=config)
-                samples[label] += result.step_times_s
-            print(f"  measured round {r + 1}/{args.rounds}; load average {_load()}")
+    builder, layer_names, layer_splits = WORKLOADS[name]
+    op_graph = tp.import_graph(builder(), batch_size=args.batch_size)
+    print(f"\n== workload {name}: Keras training step, batch {args.batch_size}: {op_graph}")
+    costs = calibrate_op_costs(op_graph, tf_cluster, cluster=uncalibrated)
+    print(f"op costs traced on worker task 0: total {costs.compute_s.sum() * 1e3:.1f} ms per step "
+          f"({costs.source})")
+    chosen = {label: effective_placement(op_graph, p) for label, p in placements(
+        op_graph, uncalibrated, costs, args.random, layer_names=layer_names, layer_splits=layer_splits).items()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MeasurementWarning)
+        measured_results = measure_many(op_graph, chosen, target=tf_cluster, rounds=args.rounds, runs=args.runs,
+                                        config=config, seed=1)
+    noisy = [w for w in caught if issubclass(w.category, MeasurementWarning)]
+    print(f"measured {len(chosen)} placements in {args.rounds} interleaved rounds; load average {_load()}; "
+          f"{len(noisy)} with rounds more than 10% apart")
 
-        print(f"\n{len(chosen)} placements; times in ms; task1 = share of the simulated compute on "
-              "task 1; sends / ctrl = tensors sent and control edges crossing tasks;\nboth = simulated "
-              "time both tasks compute at once; sim = simulated with worker-traced op costs, sim(loc) "
-              "with in-process ones;\nspread = 10th-90th percentile of the measured steps")
-        print(f"  {'placement':<24} {'task1':>5} {'sends':>5} {'ctrl':>5} {'both':>6} {'sim':>8} "
-              f"{'sim(loc)':>8} {'measured':>9} {'spread':>13}")
-        rows = []
-        for label, placement in chosen.items():
-            simulated = tp.simulate(op_graph, placement, cluster, worker_costs)
-            sim = simulated.step_time_s
-            sim_local = tp.simulate(op_graph, placement, cluster, local_costs).step_time_s
-            measured = float(np.median(samples[label]))
-            on_task1 = simulated.busy_s[cluster.device_names[1]]
-            share = on_task1 / sum(simulated.busy_s.values())
-            sends, control = crossings(op_graph, placement, cluster)
-            both = overlap_s(simulated)
-            low, high = np.percentile(samples[label], [10, 90])
-            rows.append((sim, sim_local, measured, control, both, on_task1))
-            print(f"  {label:<24} {share:5.0%} {sends:5d} {control:5d} {both * 1e3:6.1f} {sim * 1e3:8.2f} "
-                  f"{sim_local * 1e3:8.2f} {measured * 1e3:9.2f} {low * 1e3:6.1f}-{high * 1e3:<6.1f}")
-    simulated, simulated_local, measured, control, both, on_task1 = (np.array(c, dtype=float)
-                                                                     for c in zip(*rows))
-    print()
-    # Different methods can produce the same placement: their spread is the measurement noise.
+    print("times in ms; task1 = share of the calibrated simulated compute on task 1; sends / ctrl = "
+          "tensors sent and control edges crossing tasks;\nboth = simulated time both tasks compute "
+          "at once (calibrated); spread = max - min of the round medians over their median")
+    print(f"  {'placement':<24} {'task1':>5} {'sends':>5} {'ctrl':>5} {'both':>6} {'sim':>8} "
+          f"{'sim(unc)':>8} {'measured':>9} {'spread':>6}")
+    calibrated_sim = Simulator(op_graph, calibrated, costs)
+    uncalibrated_sim = Simulator(op_graph, uncalibrated, costs)
+    rows = []
+    for label, placement in chosen.items():
+        simulated = calibrated_sim.result(calibrated_sim.device_array(placement))
+        sim = simulated.step_time_s
+        sim_unc = uncalibrated_sim.run(uncalibrated_sim.device_array(placement))[0]
+        measured = measured_results[label].step_time_s
+        on_task1 = simulated.busy_s[calibrated.device_names[1]]
+        share = on_task1 / sum(simulated.busy_s.values())
+        sends, control = crossings(op_graph, placement, calibrated)
+        both = overlap_s(simulated)
+        rows.append((sim, sim_unc, measured, control, both, on_task1))
+        print(f"  {label:<24} {share:5.0%} {sends:5d} {control:5d} {both * 1e3:6.1f} {sim * 1e3:8.2f} "
+              f"{sim_unc * 1e3:8.2f} {measured * 1e3:9.2f} {measured_results[label].spread:6.0%}")
+    simulated, simulated_unc, measured, control, both, on_task1 = (np.array(c, dtype=float) for c in zip(*rows))
     groups: dict[tuple, list[int]] = {}
     for k, placement in enumerate(chosen.values()):
         groups.setdefault(tuple(placement[n] for n in op_graph.names), []).append(k)
@@ -290,21 +287,61 @@ def main(argv=None) -> None:
         times = measured[members]
         print(f"identical placements {', '.join(labels[k] for k in members)}: measured "
               f"{times.min() * 1e3:.1f}-{times.max() * 1e3:.1f} ms (max/min {times.max() / times.min():.2f})")
-    summarize("worker-traced op costs", simulated, measured)
-    summarize("in-process op costs  ", simulated_local, measured)
-    # Where the error comes from (a diagnosis; nothing here feeds back into the simulator):
-    # measured - simulated against what the simulator does not model.
+    summarize(f"{name} calibrated  ", simulated, measured)
+    summarize(f"{name} uncalibrated", simulated_unc, measured)
+    # Where the remaining error comes from (a diagnosis; nothing here feeds back).
     residual = measured - simulated
     factors = {"control edges crossing tasks (charged nothing)": (control, 1e6, "us per edge"),
-               "simulated time both tasks compute (contention)": (both, 1.0, "s per s"),
-               "simulated compute on task 1 (costs traced on task 0)": (on_task1, 1.0, "s per s")}
+               "simulated time both tasks compute": (both, 1.0, "s per s"),
+               "simulated compute on task 1": (on_task1, 1.0, "s per s")}
     design = np.column_stack([f for f, _, _ in factors.values()] + [np.ones_like(residual)])
     joint = np.linalg.lstsq(design, residual, rcond=None)[0]
-    print("measured - simulated against:")
+    print("measured - simulated (calibrated) against:")
     for (label, (values, scale, unit)), coefficient in zip(factors.items(), joint):
         r = np.corrcoef(residual, values)[0, 1] if np.ptp(values) > 0 else float("nan")
-        print(f"  {label:<54} Pearson r {r:5.2f}, joint least-squares {coefficient * scale:7.3f} {unit}")
-    print(f"(total {time.perf_counter() - started:.0f} s)")
+        print(f"  {label:<48} Pearson r {r:5.2f}, joint least-squares {coefficient * scale:7.3f} {unit}")
+    return simulated, simulated_unc, measured
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=5, help="timed steps per placement and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (>= 3)")
+    parser.add_argument("--random", type=int, default=6, help="random placements")
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--grappler", action="store_true", help="measure with grappler on")
+    args = parser.parse_args(argv)
+
+    import tensorflow as tf
+
+    from tfplaceto.measure import LocalTFCluster
+
+    config = None
+    if not args.grappler:
+        config = tf.compat.v1.ConfigProto()
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+
+    started = time.perf_counter()
+    print(f"host: {os.cpu_count()} cores, load average {_load()} (other processes share these cores)")
+    results = {}
+    with LocalTFCluster(2) as tf_cluster:
+        print(f"cluster: {tf_cluster.description}, cores per task {tf_cluster.core_sets}, "
+              f"intra/inter-op threads {tf_cluster.intra_op_threads}/{tf_cluster.inter_op_threads} "
+              f"(up in {time.perf_counter() - started:.1f} s)")
+        uncalibrated, calibrated = calibrate(tf_cluster, args)
+        for name in args.workloads:
+            results[name] = run_workload(name, tf_cluster, uncalibrated, calibrated, config, args)
+    print(f"(total {time.perf_counter() - started:.0f} s, load average {_load()})")
+    lines = {}
+    for name, (simulated, simulated_unc, measured) in results.items():
+        lines[name] = (*scores(simulated, measured), *scores(simulated_unc, measured))
+    for name, (rho, mape, rho0, mape0) in lines.items():
+        print(f"fidelity[{name}]: spearman {rho:.3f} mape {mape:.1f}% (uncalibrated: spearman {rho0:.3f} "
+              f"mape {mape0:.1f}%)")
+    rho, mape, rho0, mape0 = np.mean(list(lines.values()), axis=0)
+    print(f"fidelity: spearman {rho:.3f} mape {mape:.1f}% (uncalibrated: spearman {rho0:.3f} mape {mape0:.1f}%)")
 
 
 def _load() -> str:

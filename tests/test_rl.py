@@ -179,22 +179,83 @@ def _policy_alone(network, problem, starts=8):
     return np.mean([problem.simulator().run(p)[0] for p in placements])
 
 
-@pytest.mark.parametrize("learning_rate", [1e-2, 0.0])
-def test_the_policy_alone_learns_to_split_two_chains(learning_rate):
+@pytest.mark.parametrize("learning_rate,refresh_every", [(1e-2, 1), (1e-2, 8), (0.0, 8)])
+def test_the_policy_alone_learns_to_split_two_chains(learning_rate, refresh_every):
     # Chains of 4 ops (1 ms each) with 100 MB (4 ms over NVLink) between consecutive ops: the best
     # placement is one chain per device (4 ms); one device takes 8 ms; a random placement moves
     # tensors ~4 times (~20 ms). Untrained weights miss the best placement; trained ones reach it
     # from random starts, and without the gradient step (learning rate 0) nothing is learned.
+    # refresh_every: the paper's embedding at every step, and the default (here one embedding
+    # per episode: the steps are scored from the start's embedding and their own device features).
     problem = two_chains(length=4, megabytes=100)
-    untrained = _policy_alone(PlacetoNetwork(hidden=16, rounds=2, seed=0), problem)
-    result = train(problem, episodes=640, lanes=16, seed=0, hidden=16, rounds=2,
+    untrained = _policy_alone(PlacetoNetwork(hidden=16, rounds=2, seed=0, refresh_every=refresh_every), problem)
+    result = train(problem, episodes=640, lanes=16, seed=0, hidden=16, rounds=2, refresh_every=refresh_every,
                    learning_rate=learning_rate, progress=False)
-    trained = _policy_alone(result.network, problem)
+    trained = _policy_alone(result.exported_network(), problem)
     assert untrained > 6e-3
     if learning_rate:
         assert trained == pytest.approx(4e-3, rel=0.02)
     else:
         assert trained == pytest.approx(untrained)
+
+
+def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
+    # With refresh_every=3 the policy embeds at each episode's first step and every 3 steps and
+    # scores the steps between from that embedding; the loss must recompute exactly those logits.
+    import tensorflow as tf
+    from tf_agents.trajectories import time_step as ts
+
+    from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy
+    from tfplaceto.rl.train import specs
+
+    problem = layered(seed=7)
+    env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3)
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=1, refresh_every=3)
+    statics = as_tensors(F.pack(env.statics, env.dims))
+    policy = PlacetoPolicy(*specs(env), network, statics, seed=0)
+    agent = PlacetoAgent(*specs(env), network, statics, max_train_steps=None)
+    step, state = env.reset(), policy.get_initial_state(2)
+    steps, acted = [], []
+    while True:
+        time_step = tf.nest.map_structure(tf.constant, step)
+        logits, state = policy.logits(time_step, state)
+        steps.append(step)
+        acted.append(logits.numpy())
+        if step.is_last().all():
+            break
+        step = env.step(np.argmax(acted[-1], -1).astype(np.int32))
+    step_type = np.stack([s.step_type for s in steps], axis=1)  # [B, T]
+    ages = agent.refresh_ages(tf.constant(step_type)).numpy()
+    assert (ages[:, 0] == 0).all() and ages.max() == 2
+    for t, s in enumerate(steps):
+        origin = {k: tf.constant(np.stack([steps[t - ages[b, t]].observation[k][b] for b in range(2)]))
+                  for k in s.observation}
+        recomputed = network.score(statics, tf.nest.map_structure(tf.constant, s.observation),
+                                   network.embed(statics, origin))
+        np.testing.assert_allclose(recomputed.numpy(), acted[t], rtol=1e-5, atol=1e-5)
+    valid = tf.constant((step_type != ts.StepType.LAST).astype(np.float32))
+    chosen, group, groups = (x.numpy() for x in agent._select(valid, tf.constant(ages)))
+    assert sorted(chosen) == list(np.flatnonzero(valid.numpy().reshape(-1)))  # every valid step once
+    np.testing.assert_array_equal(groups[group], chosen - ages.reshape(-1)[chosen])  # from its embedding
+
+
+def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
+    problem = two_chains(length=4, megabytes=100)
+    logdir = str(tmp_path / "run")
+    result = train(problem, episodes=64, lanes=8, seed=0, hidden=8, rounds=2, learning_rate=1e-2,
+                   select_every=2, select_starts=3, logdir=logdir, progress=False)
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["selected_episode"] == result.selected_episode is not None
+    exported = load_policy(summary["policy_dir"])
+    for kept, saved in zip(result.selected_weights, exported.variables):
+        np.testing.assert_array_equal(kept, saved.numpy())
+    # The selection's evaluation (its own fixed starts) of the exported policy beats fresh weights.
+    def alone(network):
+        placements = greedy_placements(problem, network, start="random", starts=3, seed=20_000)
+        return np.mean([problem.simulator().run(p)[0] for p in placements])
+
+    assert alone(exported) <= alone(PlacetoNetwork(hidden=8, rounds=2, seed=0))
 
 
 def test_training_is_deterministic_and_resumes_exactly(tmp_path):

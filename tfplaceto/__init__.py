@@ -19,6 +19,7 @@ import types
 # public name -> the module that defines it (a submodule when the name is the module itself).
 _EXPORTS = {
     "Cluster": "tfplaceto.cluster", "Device": "tfplaceto.cluster", "Link": "tfplaceto.cluster",
+    "ContentionGroup": "tfplaceto.cluster", "calibrate_cluster": "tfplaceto.measure",
     "CostProfile": "tfplaceto.costs", "profile": "tfplaceto.costs",
     "OpGraph": "tfplaceto.graph", "group": "tfplaceto.graph", "import_graph": "tfplaceto.graph",
     "LocalTFCluster": "tfplaceto.measure", "MeasureResult": "tfplaceto.measure",

@@ -9,6 +9,7 @@
   tfplaceto actor --reverb-address HOST:PORT [--actor-id I]   (collects for a `train` elsewhere)
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
   tfplaceto models
+  tfplaceto calibrate TARGET --out cluster.pbtxt [--rounds N] [--runs N] [--no-contention]
 
 Bad input prints one line on stderr and exits with status 2, with no traceback and nothing
 written at the output paths: every output is checked before the work (writable, not an input,
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
     place = commands.add_parser("place", help="place a graph and write the placed GraphDef")
     place.add_argument("source", help="GraphDef .pb/.pbtxt, SavedModel directory, or builtin:NAME")
-    place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
+    place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
     place.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
     place.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
     place.add_argument("--out", required=True, help="where to write the placed GraphDef (.pb or .pbtxt)")
@@ -127,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
                                   help="write a copy of a SavedModel with its signatures' ops placed")
     rewrite.add_argument("src", help="SavedModel directory (never modified)")
     rewrite.add_argument("dst", help="directory for the placed SavedModel (must not exist, or be empty)")
-    rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
+    rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
     rewrite.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
     rewrite.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
     rewrite.add_argument("--signature", action="append", default=None,
@@ -136,7 +137,27 @@ def _parser() -> argparse.ArgumentParser:
                          help="size of unknown batch dimensions (default 32)")
     rewrite.add_argument("--seed", type=int, default=0)
     rewrite.add_argument("--overwrite", action="store_true", help="replace a DST that is not empty")
+    calibrate = commands.add_parser(
+        "calibrate", help="measure a machine or TF cluster once; write a cluster file for --cluster")
+    calibrate.add_argument("target", help="local, local:N, loopback:N, a ClusterSpec JSON (inline or a .json "
+                                          "file) or grpc://host:port[,grpc://host:port...]")
+    calibrate.add_argument("--out", required=True, help="the cluster file to write (.pbtxt; .pb for binary)")
+    calibrate.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the device measurements")
+    calibrate.add_argument("--runs", type=int, default=5, help="timed steps per device measurement and round")
+    calibrate.add_argument("--no-contention", action="store_true",
+                           help="do not measure contention between devices sharing a host")
+    calibrate.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
+
+
+def _cmd_calibrate(args) -> int:
+    from tfplaceto.measure.targets import calibrate_to_file, describe
+
+    cluster = calibrate_to_file(args.target, args.out, rounds=args.rounds, runs=args.runs,
+                                contention=not args.no_contention, overwrite=args.overwrite)
+    print(describe(cluster))
+    print(f"wrote {args.out} (use it as --cluster {args.out}, or tp.Cluster.load)")
+    return 0
 
 
 def _policy_arguments(parser) -> None:
@@ -217,7 +238,8 @@ def _cmd_simulate(args) -> int:
     import tfplaceto as tp
 
     with outputs:
-        op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size)
+        op_graph = tp.import_graph(args.source, fetches=args.fetch, batch_size=args.batch_size,
+                                   cluster=args.cluster)
         placement = tp.Placement.load(args.placement)
         sim = tp.simulate(op_graph, placement, args.cluster)
         if args.trace:
@@ -327,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
 
     _one_line_warnings()
     handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
-                "train": _cmd_train, "actor": _cmd_actor, "rewrite-saved-model": _cmd_rewrite_saved_model}
+                "train": _cmd_train, "actor": _cmd_actor, "rewrite-saved-model": _cmd_rewrite_saved_model,
+                "calibrate": _cmd_calibrate}
     try:
         _check_command_args(args)
         return handlers[args.command](args)

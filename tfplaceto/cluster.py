@@ -2,9 +2,17 @@
 
 - `Device`: one placeable device (full TensorFlow name, type, model, memory, throughput figures).
 - `Link`: a directed link between two devices (bandwidth, latency), one transfer at a time.
+- `ContentionGroup`: devices that slow each other down when they compute at once (one host's
+  cores, a shared PCIe switch), with the measured per-device speed when two of them are busy.
 - `Cluster`: the devices plus a dense link matrix (`bandwidth`, `latency`), built from presets
   (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from N logical
-  CPU devices (`Cluster.local(cpus=N)`), or by hand. `as_cluster` accepts a Cluster or a name.
+  CPU devices (`Cluster.local(cpus=N)`), by hand, or from a file (`Cluster.load`, written by
+  `Cluster.save` or `tfplaceto calibrate`). `as_cluster` accepts a Cluster, a name or a path.
+
+Two figures are measured, never guessed, so they default to "no effect": a device's
+`compute_scale` (its compute time over the profiled time of its kind: two CPUs of one kind may
+differ by 1.2-1.45x, two GPUs of one model by their clocks) and the cluster's `contention` groups.
+Presets and `Cluster.local()` declare neither; `tfplaceto.measure.calibrate_cluster` measures both.
 
 Preset figures are vendor specifications: memory per device, FP32 peak, HBM/GDDR bandwidth, and
 link figures for PCIe 3.0/5.0 x16 (~12/~50 GB/s achievable), NVLink 2.0 (25 GB/s per link and
@@ -37,7 +45,17 @@ _DEVICE_NAME = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """A device ops can be placed on. `name` is a full TensorFlow device name."""
+    """A device ops can be placed on.
+
+    name: a full TensorFlow device name ("/job:localhost/replica:0/task:0/device:GPU:0").
+    type: "GPU" or "CPU". memory_bytes: memory in bytes (an int; 16 GiB = 16 * 2**30).
+    model: the cost-profile column ("V100"; devices of one model share measured costs).
+    peak_gflops: FP32 peak in GFLOP/s (15700 for a V100); memory_bandwidth_gbs: memory bandwidth
+    in GB/s (10**9 bytes/s). The analytical cost model (what presets use) needs the device's
+    throughput: peak_gflops, or num_cores (SMs / cores) and frequency_mhz (MHz); without them
+    `tp.profile` raises CostProfileError (measured costs need neither). streams: ops the device
+    runs at once. architecture: the CUDA compute capability ("7.0") for grappler.
+    """
 
     name: str
     type: str
@@ -49,6 +67,7 @@ class Device:
     num_cores: int = 0
     frequency_mhz: float = 0.0
     architecture: str = ""
+    compute_scale: float = 1.0
 
     @property
     def kind(self) -> str:
@@ -62,8 +81,30 @@ class Device:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContentionGroup:
+    """Devices that share what computing needs (a host's cores or memory bandwidth, a PCIe switch).
+
+    With k devices of the group busy at once, each computes at
+    `1 / (1 + (k - 1) * (1 / efficiency - 1))` of its solo speed: `efficiency` is the per-device
+    speed when two of them compute at once (1.0: no contention; 0.5: two at once take as long as
+    one after the other).
+    """
+
+    devices: tuple[str, ...]
+    efficiency: float
+
+    @property
+    def slowdown_per_device(self) -> float:
+        """Extra time per extra busy device, as a fraction of the solo time: 1 / efficiency - 1."""
+        return 1.0 / self.efficiency - 1.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Link:
-    """A directed link: a transfer of b bytes takes latency_s + b / bandwidth_bytes_per_s."""
+    """A directed link from device src to device dst (full names): a transfer of b bytes takes
+    latency_s + b / bandwidth_bytes_per_s seconds. Units: bytes per second (PCIe 3.0 x16 is about
+    12e9, NVLink 2.0 about 25e9 per link) and seconds (10e-6 for 10 µs); positional order
+    Link(src, dst, bandwidth_bytes_per_s, latency_s)."""
 
     src: str
     dst: str
@@ -90,6 +131,8 @@ def _validate_device(device: Device) -> None:
     checks.check_int(where + "num_cores", device.num_cores, 0, 2**31 - 1, error=errors.InvalidClusterError)
     for field in ("peak_gflops", "memory_bandwidth_gbs", "frequency_mhz"):
         checks.check_real(where + field, getattr(device, field), 0.0, error=errors.InvalidClusterError)
+    checks.check_real(where + "compute_scale", device.compute_scale, 0.0, 1e6, low_open=True,
+                      error=errors.InvalidClusterError)
     for field in ("model", "architecture"):
         if not isinstance(getattr(device, field), str):
             raise errors.InvalidClusterError(f"{where}{field} must be a string, got {getattr(device, field)!r}")
@@ -127,12 +170,15 @@ class Cluster:
       name: a label (the preset name for presets).
       same_host_link: (bandwidth, latency) of a same-host pair with no declared link, instead of
         the PCIe default (a local:N cluster's logical CPUs copy at host memory speed).
+      contention: disjoint ContentionGroups of two or more devices (default: none, every device
+        computes at its own speed whatever the others do).
 
     `bandwidth[i, j]` and `latency[i, j]` are dense arrays over `devices` order (diagonal unused).
     """
 
     def __init__(self, devices: Sequence[Device], links: Sequence[Link] = (), name: str = "custom", *,
-                 same_host_link: tuple[float, float] | None = None):
+                 same_host_link: tuple[float, float] | None = None,
+                 contention: Sequence[ContentionGroup] = ()):
         devices = tuple(devices)
         if not devices:
             raise errors.InvalidClusterError("a cluster needs at least one device")
@@ -168,6 +214,39 @@ class Cluster:
             self.latency[i, j] = latency
         self.bandwidth.flags.writeable = False
         self.latency.flags.writeable = False
+        self.contention = self._checked_contention(contention)
+
+    def _checked_contention(self, groups: Sequence[ContentionGroup]) -> tuple[ContentionGroup, ...]:
+        checked, seen = [], set()
+        for group in groups:
+            if not isinstance(group, ContentionGroup):
+                raise errors.InvalidClusterError(
+                    f"expected tfplaceto.ContentionGroup, got {type(group).__name__}")
+            members = tuple(self.device_names[self.index(d)] for d in group.devices)
+            if len(members) < 2 or len(set(members)) != len(members):
+                raise errors.InvalidClusterError(
+                    f"a contention group needs two or more distinct devices, got {list(group.devices)}")
+            if seen.intersection(members):
+                raise errors.InvalidClusterError(
+                    f"device {sorted(seen.intersection(members))[0]} is in two contention groups; "
+                    "groups must be disjoint")
+            seen.update(members)
+            efficiency = checks.check_real(f"contention group {list(members)}: efficiency",
+                                           group.efficiency, 0.01, 1.0, error=errors.InvalidClusterError)
+            checked.append(ContentionGroup(members, float(efficiency)))
+        return tuple(checked)
+
+    def contention_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(group of each device (int32, -1: none), slowdown per extra busy device of each group)."""
+        group = np.full(self.num_devices, -1, np.int32)
+        for g, members in enumerate(self.contention):
+            group[[self.index(d) for d in members.devices]] = g
+        return group, np.array([g.slowdown_per_device for g in self.contention], np.float64)
+
+    @property
+    def compute_scales(self) -> np.ndarray:
+        """compute_scale of every device, in device order."""
+        return np.array([d.compute_scale for d in self.devices], np.float64)
 
     # -- lookups -------------------------------------------------------------------------------
     @property
@@ -220,17 +299,58 @@ class Cluster:
     def to_proto(self) -> cluster_pb2.Cluster:
         proto = cluster_pb2.Cluster(name=self.name)
         for d in self.devices:
-            proto.devices.add(**dataclasses.asdict(d))
+            fields = dataclasses.asdict(d)
+            if fields["compute_scale"] == 1.0:  # 0 (unset) reads as 1: unscaled files stay as they were
+                del fields["compute_scale"]
+            proto.devices.add(**fields)
         for link in self.links():
             proto.links.add(**dataclasses.asdict(link))
+        for group in self.contention:
+            proto.contention.add(devices=group.devices, efficiency=group.efficiency)
         return proto
 
     @classmethod
     def from_proto(cls, proto: cluster_pb2.Cluster) -> Cluster:
-        devices = [Device(**{f.name: getattr(d, f.name) for f in dataclasses.fields(Device)})
+        devices = [Device(**{f.name: getattr(d, f.name) for f in dataclasses.fields(Device)
+                             if f.name != "compute_scale"}, compute_scale=d.compute_scale or 1.0)
                    for d in proto.devices]
         links = [Link(p.src, p.dst, p.bandwidth_bytes_per_s, p.latency_s) for p in proto.links]
-        return cls(devices, links, name=proto.name or "custom")
+        contention = [ContentionGroup(tuple(g.devices), g.efficiency) for g in proto.contention]
+        return cls(devices, links, name=proto.name or "custom", contention=contention)
+
+    # -- files ---------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the cluster as a text proto (binary for a ".pb" path), atomically."""
+        from google.protobuf import text_format
+
+        from tfplaceto import outputs
+
+        proto = self.to_proto()
+        data = (proto.SerializeToString(deterministic=True) if str(path).endswith(".pb")
+                else text_format.MessageToString(proto).encode())
+        outputs.atomic_write(path, data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Cluster:
+        """A cluster file written by `save` or `tfplaceto calibrate` (text proto, or binary ".pb")."""
+        from google.protobuf import message, text_format
+
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise errors.InvalidClusterError(f"cannot read cluster file {str(path)!r}: {e.strerror}") from None
+        proto = cluster_pb2.Cluster()
+        try:
+            if str(path).endswith(".pb"):
+                proto.ParseFromString(data)
+            else:
+                text_format.Parse(data.decode("utf-8"), proto)
+        except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
+            raise errors.InvalidClusterError(
+                f"{str(path)!r} is not a tfplaceto cluster file ({errors.first_line(e)}); write one "
+                "with `tfplaceto calibrate TARGET --out cluster.pbtxt` or Cluster.save") from None
+        return cls.from_proto(proto)
 
     # -- constructors --------------------------------------------------------------------------
     @classmethod
@@ -286,8 +406,15 @@ def canonical_device_name(name: str) -> str:
                          device_type=spec.device_type.upper(), device_index=spec.device_index or 0).to_string()
 
 
-def as_cluster(cluster: Cluster | str) -> Cluster:
-    """A Cluster from a Cluster, a preset name, "local" or "local:N"."""
+def is_cluster_file(name: str) -> bool:
+    """Whether a --cluster string names a cluster file rather than a preset."""
+    return name.endswith((".pbtxt", ".pb", ".textproto")) or os.sep in name or os.path.isfile(name)
+
+
+def as_cluster(cluster: Cluster | str | os.PathLike) -> Cluster:
+    """A Cluster from a Cluster, a preset name, "local", "local:N" or a cluster file's path."""
+    if isinstance(cluster, os.PathLike):
+        return Cluster.load(cluster)
     if isinstance(cluster, Cluster):
         return cluster
     if isinstance(cluster, str):
@@ -296,6 +423,8 @@ def as_cluster(cluster: Cluster | str) -> Cluster:
         match = re.fullmatch(r"local:(\d+)", cluster)
         if match:
             return Cluster.local(cpus=int(match[1]))
+        if is_cluster_file(cluster):
+            return Cluster.load(cluster)
         return Cluster.preset(cluster)
     raise errors.InvalidClusterError(
         f"expected a tfplaceto.Cluster or a preset name, got {type(cluster).__name__}")

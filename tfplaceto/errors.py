@@ -15,6 +15,8 @@ one type and print one line. Messages say what was wrong and what to do about it
 - `InvalidArgumentError`: a number or option outside its range (budget, seed, batch size, ...).
 - `UnknownShapesWarning`: a warning (not an error): the costs of some ops are unknown because
     their shapes are, so a placement is planned on partial costs.
+- `ImplementationWarning`: a warning: a graph was imported with another implementation of its
+    Keras LSTM/GRU layers (cuDNN kernel or standard loop) than TensorFlow runs on the cluster.
 """
 
 
@@ -68,6 +70,11 @@ class InvalidArgumentError(TfplacetoError, ValueError):
 
 class UnknownShapesWarning(UserWarning):
     """Some ops have unknown shapes, so their costs are unknown and taken as (near) zero."""
+
+
+class ImplementationWarning(UserWarning):
+    """A graph is costed for a cluster whose device type TensorFlow would run another
+    implementation of its Keras LSTM/GRU layers on (cuDNN kernel vs standard loop)."""
 
 
 def format_bytes(size: float) -> str:

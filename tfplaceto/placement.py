@@ -84,8 +84,25 @@ class Placement(Mapping[str, str]):
         atomic_write(path, self.to_proto().SerializeToString(deterministic=True))
 
     @classmethod
+    def from_graph_def(cls, graph_def, method: str = "", notes: str = "") -> Placement:
+        """The devices a GraphDef's nodes carry (a placed graph: `optimize(...).graph_def`)."""
+        return cls({node.name: node.device for node in graph_def.node if node.device}, method, notes)
+
+    @classmethod
     def load(cls, path: str | os.PathLike) -> Placement:
-        return cls.from_proto(read_proto(path, placement_pb2.Placement, errors.InvalidGraphError))
+        """A Placement proto (`save`, `tfplaceto place --placement-out`) or a placed GraphDef
+        (`tfplaceto place --out`, binary or .pbtxt): the devices its nodes carry."""
+        graph_def = _placed_graph_def(path)
+        if graph_def is not None:
+            return cls.from_graph_def(graph_def, notes=f"devices of the GraphDef {os.fspath(path)}")
+        proto = read_proto(path, placement_pb2.Placement, errors.InvalidGraphError)
+        # An unplaced GraphDef parses as an empty Placement, or as op -> op type.
+        if not proto.op_device or any(not device.startswith("/") for device in proto.op_device.values()):
+            raise errors.InvalidGraphError(
+                f"{os.fspath(path)} is neither a tfplaceto Placement proto (written by `tfplaceto place "
+                "--placement-out` or Placement.save) nor a GraphDef whose ops carry devices (written by "
+                "`tfplaceto place --out`)")
+        return cls.from_proto(proto)
 
 
 def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
@@ -98,6 +115,30 @@ def expand(group_placement: Placement, op_graph: OpGraph, op_to_group: np.ndarra
     devices = [group_placement[g] for g in group_names]
     return Placement({op: devices[g] for op, g in zip(op_graph.names, op_to_group)},
                      group_placement.method, group_placement.notes)
+
+
+def _placed_graph_def(path: str | os.PathLike):
+    """The GraphDef in path if it is one whose nodes carry devices, else None. (A Placement proto
+    parses as a GraphDef too, protobuf being lenient, but its "nodes" never have a device.)"""
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None  # read_proto reports it
+    graph_def = graph_pb2.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception:  # protobuf's DecodeError: maybe text
+        try:
+            graph_def = text_format.Parse(data.decode("utf-8"), graph_pb2.GraphDef())
+        except Exception:
+            return None
+    if graph_def.node and any(node.device for node in graph_def.node) and all(node.op for node in graph_def.node):
+        return graph_def
+    return None
 
 
 def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):

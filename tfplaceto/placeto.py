@@ -77,7 +77,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
     tuning_s = deadline - search.BUDGET_S - time.perf_counter()
     if budget_s and tuning_s > 1.0:
         train(problem, episodes=10**9, seed=seed, network=network, progress=False,
-              stop_after_s=tuning_s)
+              stop_after_s=tuning_s, select_every=None)
     baseline = search.best_baseline(problem, seed)
     actor = Actor(problem, network, seed)
     starts = [baseline.placement]
@@ -85,7 +85,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         starts += actor.episodes(start, 1, greedy=True, seed=seed)
     perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
-    from tqdm.auto import tqdm
+    from tfplaceto.progress import tqdm
 
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
     with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tfplaceto import errors
 from tfplaceto.problem import Problem
 
 # method name -> module under tfplaceto.baselines
@@ -60,15 +61,25 @@ def run(method: str, problem: Problem, seed: int = 0, budget_s: float | None = N
 
 
 def starting_placements(problem: Problem, seed: int = 0) -> dict[str, np.ndarray]:
-    """{"best baseline name": placement, "single": placement} (one entry if they coincide)."""
+    """{"best baseline name": placement, "single": placement} (one entry if they coincide).
+
+    A memory-aware greedy baseline that finds no room by its own estimate (m-ETF's and m-SCT's
+    Baechi estimate holds every output for the whole step) is left out; UnplaceableError only
+    if every baseline is."""
     simulator = problem.simulator()
-    scored = {}
+    scored, failed = {}, []
     for method in COMPARED_BASELINES:
         if method not in available():
             continue
-        placement = run(method, problem, seed=seed)
+        try:
+            placement = run(method, problem, seed=seed)
+        except errors.UnplaceableError as e:
+            failed.append(e)
+            continue
         step_time, _, oom = simulator.run(placement)
         scored[method] = ((bool(oom), float(step_time)), placement)
+    if not scored and failed:
+        raise failed[0]
     best = min(scored, key=lambda m: scored[m][0])
     starts = {best: scored[best][1]}
     if best != "single" and "single" in scored:

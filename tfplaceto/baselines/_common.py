@@ -68,15 +68,16 @@ class Instance:
     # node pairs
     pair_src: np.ndarray  # (P,) producer node
     pair_dst: np.ndarray  # (P,) consumer node
-    pair_bytes: np.ndarray  # (P,) float bytes sent when the pair is split across devices
-    pair_tensors: np.ndarray  # (P,) tensors sent (each pays a link latency); 0 = control only
+    pair_bytes: np.ndarray  # (P,) float bytes sent per step when the pair is split across devices
+    pair_tensors: np.ndarray  # (P,) transfers per step (each pays a link latency); 0 = control only
     parent_ptr: np.ndarray  # CSR over pairs by consumer
     parent_pairs: np.ndarray
     child_ptr: np.ndarray  # CSR over pairs by producer
     child_pairs: np.ndarray
     # tensors, for schedulers that model each transfer (one per tensor and destination device)
     tensor_producer: np.ndarray  # (T,)
-    tensor_bytes: np.ndarray  # (T,) float
+    tensor_bytes: np.ndarray  # (T,) float, one transfer's
+    tensor_trips: np.ndarray  # (T,) float, transfers per step (> 1 in a loop body, as simulated)
     input_ptr: np.ndarray  # CSR over tensors read by each node (data edges by consumer)
     input_tensors: np.ndarray
     control_ptr: np.ndarray  # CSR over control parents of each node
@@ -174,11 +175,15 @@ def prepare(problem: Problem) -> Instance:
     """The Instance of a problem (O(N + E), computed once per placer call)."""
     graph = problem.graph
     n, d = problem.num_nodes, problem.num_devices
-    # Data pairs: one per (producer, consumer) with the bytes and the number of tensors moved.
+    # Data pairs: one per (producer, consumer) with the bytes and the number of transfers per
+    # step: a tensor in a loop body moves every iteration (graph.tensor_iterations), as the
+    # simulator charges it.
     src = np.concatenate([graph.senders, graph.control_senders]).astype(np.int64)
     dst = np.concatenate([graph.receivers, graph.control_receivers]).astype(np.int64)
-    nbytes = np.concatenate([graph.edge_bytes, np.zeros(len(graph.control_senders))]).astype(float)
-    ntensors = np.concatenate([np.ones(graph.num_edges), np.zeros(len(graph.control_senders))])
+    trips = np.asarray(graph.tensor_iterations, float)
+    edge_trips = trips[graph.edge_tensor]
+    nbytes = np.concatenate([graph.edge_bytes * edge_trips, np.zeros(len(graph.control_senders))]).astype(float)
+    ntensors = np.concatenate([edge_trips, np.zeros(len(graph.control_senders))])
     keep = src != dst
     keys, inverse = np.unique(src[keep] * n + dst[keep], return_inverse=True)
     pair_src, pair_dst = keys // n, keys % n
@@ -214,7 +219,7 @@ def prepare(problem: Problem) -> Instance:
         parent_ptr=parent_ptr, parent_pairs=parent_pairs, child_ptr=child_ptr,
         child_pairs=child_pairs,
         tensor_producer=np.asarray(graph.tensor_producer, np.int64),
-        tensor_bytes=np.asarray(graph.tensor_bytes, float), input_ptr=input_ptr,
+        tensor_bytes=np.asarray(graph.tensor_bytes, float), tensor_trips=trips, input_ptr=input_ptr,
         input_tensors=np.asarray(graph.edge_tensor, np.int64)[by_consumer], control_ptr=control_ptr,
         control_parents=np.asarray(graph.control_senders, np.int64)[by_receiver], latency=latency, inverse_bandwidth=inverse_bandwidth,
         candidates=candidates, allowed=np.asarray(problem.allowed, bool), fastest=fastest, memory=problem.memory_bytes.astype(float),

@@ -123,7 +123,7 @@ class _Queues:
                         np.zeros(1, np.int64))
         self.graph = tuple(m_etf.owned(a) for a in (
             inst.latency, inst.inverse_bandwidth, inst.input_ptr, inst.input_tensors,
-            inst.tensor_producer, inst.tensor_bytes, inst.control_ptr, inst.control_parents))
+            inst.tensor_producer, inst.tensor_bytes, inst.tensor_trips, inst.control_ptr, inst.control_parents))
 
     def arrival_at(self, node: int, finish: np.ndarray, device_of: np.ndarray) -> np.ndarray:
         """(D,) when the node's inputs could all be on each device."""

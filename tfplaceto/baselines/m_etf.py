@@ -96,7 +96,7 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
         problem.compute_s, inst.memory, streams, inst.latency, inst.inverse_bandwidth, inst.allowed,
         inst.candidates, inst.tie, inst.class_memory, priority,
         np.bincount(inst.pair_dst, minlength=n), inst.child_ptr, inst.child_pairs, inst.pair_dst,
-        inst.input_ptr, inst.input_tensors, inst.tensor_producer, inst.tensor_bytes,
+        inst.input_ptr, inst.input_tensors, inst.tensor_producer, inst.tensor_bytes, inst.tensor_trips,
         inst.control_ptr, inst.control_parents, favourite_child, favourite_bonus)),
         comm, inputs == "queued", awake, _common.TIME_TOLERANCE)
     if stuck >= 0:  # nothing placed later frees memory: it never fits
@@ -139,7 +139,7 @@ def _send(comm, done, src, dst, took, links, channels, queue):
 @numba.njit(cache=True)
 def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
                       latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
-                      tensor_bytes, control_ptr, control_parents, trial_link, trial_channel, seen,
+                      tensor_bytes, tensor_trips, control_ptr, control_parents, trial_link, trial_channel, seen,
                       calls):
     """When the node's inputs could be on each device: its missing tensors, in the order their
     producers finished, queued behind the links' (channels') current transfers and, if `queued`,
@@ -174,7 +174,7 @@ def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, 
             elif received[tensor, d] < np.inf:
                 at = received[tensor, d]
             else:
-                took = latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d]
+                took = tensor_trips[tensor] * (latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d])
                 at = _send(comm, done, src, d, took, trial_link, trial_channel[d], queued)
             if at > arrival[node, d]:
                 arrival[node, d] = at
@@ -198,7 +198,7 @@ def _by_producer_finish(node, finish, input_ptr, input_tensors, tensor_producer)
 
 @numba.njit(cache=True)
 def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm, received, latency,
-                 inverse_bandwidth, input_ptr, input_tensors, tensor_producer, tensor_bytes,
+                 inverse_bandwidth, input_ptr, input_tensors, tensor_producer, tensor_bytes, tensor_trips,
                  control_ptr, control_parents):
     """Queues the node's missing inputs towards `device`, in the order their producers finished,
     on the links (comm 0) or channels (comm 1); returns (when all its inputs are there, how many
@@ -218,7 +218,7 @@ def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm,
         elif received[tensor, device] < np.inf:
             at = received[tensor, device]
         else:
-            took = latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device]
+            took = tensor_trips[tensor] * (latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device])
             at = _send(comm, done, src, device, took, link_free, channel_free, True)
             received[tensor, device] = at
             sent += 1
@@ -229,7 +229,7 @@ def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm,
 @numba.njit(cache=True)
 def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, candidates, tie,
               class_memory, priority, pending, child_ptr, child_pairs, pair_dst, input_ptr,
-              input_tensors, tensor_producer, tensor_bytes, control_ptr, control_parents,
+              input_tensors, tensor_producer, tensor_bytes, tensor_trips, control_ptr, control_parents,
               favourite_child, favourite_bonus, comm, queued, awake, tolerance):
     """The m-ETF loop; returns (device of each node, memory used per device, stuck node or -1)."""
     n, num_devices = compute.shape
@@ -277,7 +277,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
                 if fresh[child] != link_version:
                     estimate_arrival(child, arrival, finish, device_of, link_free, channel_free,
                                       comm, queued, received, latency, inverse_bandwidth, input_ptr,
-                                      input_tensors, tensor_producer, tensor_bytes, control_ptr,
+                                      input_tensors, tensor_producer, tensor_bytes, tensor_trips, control_ptr,
                                       control_parents, trial_link, trial_channel, seen, calls)
                     fresh[child] = link_version
                 least = _row_best(child, arrival, free, allowed, candidates, tie, class_device,
@@ -307,7 +307,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
                 break
             estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm,
                               queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
-                              tensor_producer, tensor_bytes, control_ptr, control_parents,
+                              tensor_producer, tensor_bytes, tensor_trips, control_ptr, control_parents,
                               trial_link, trial_channel, seen, calls)
             fresh[node] = link_version
             best[pick] = _row_best(node, arrival, free, allowed, candidates, tie, class_device,
@@ -336,7 +336,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
         # Commit: queue the missing inputs on the links to the device, in the order they were made.
         inputs_at, sent = queue_inputs(node, device, finish, device_of, link_free, channel_free,
                                        comm, received, latency, inverse_bandwidth, input_ptr,
-                                       input_tensors, tensor_producer, tensor_bytes, control_ptr,
+                                       input_tensors, tensor_producer, tensor_bytes, tensor_trips, control_ptr,
                                        control_parents)
         link_version += sent
         stream = np.argmin(stream_free[device])
@@ -363,7 +363,7 @@ def _schedule(compute, memory, streams, latency, inverse_bandwidth, allowed, can
             if pending[child] == 0:
                 estimate_arrival(child, arrival, finish, device_of, link_free, channel_free, comm,
                                   queued, received, latency, inverse_bandwidth, input_ptr, input_tensors,
-                                  tensor_producer, tensor_bytes, control_ptr, control_parents,
+                                  tensor_producer, tensor_bytes, tensor_trips, control_ptr, control_parents,
                                   trial_link, trial_channel, seen, calls)
                 fresh[child] = link_version
                 ready[num_ready] = child

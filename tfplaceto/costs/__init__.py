@@ -4,6 +4,7 @@
 - `analytical.py`: `analytical_profile`, grappler's analytical cost model on declared devices.
 - `measured.py`: `measured_profile`, traced runs on this machine's devices.
 - `loop_free.py`: a graph with while loops as a loop-free copy grappler can cost (analytical).
+- `fused_rnn.py`: cuDNN's fused RNN ops (CudnnRNN, CudnnRNNBackprop), costed by FLOPs and bytes.
 - this file: `profile(op_graph, cluster, source)`, the front door (`tp.profile`), with an on-disk
   cache of analytical and measured profiles.
 
@@ -20,7 +21,7 @@ import warnings
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster
-from tfplaceto.costs import analytical, measured
+from tfplaceto.costs import analytical, fused_rnn, measured
 from tfplaceto.costs.analytical import analytical_profile
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.costs.measured import measured_profile
@@ -33,6 +34,8 @@ _CACHE_VERSION = 1
 # The same for graphs with while loops only (their costing has its own steps, loop_free.py), so
 # a change there does not throw away every cached profile of loop-free graphs.
 _LOOP_CACHE_VERSION = 2
+# The same for graphs with cuDNN RNN ops (fused_rnn.py costs them since version 1).
+_RNN_CACHE_VERSION = 1
 
 
 def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike = "analytical",
@@ -61,6 +64,7 @@ def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike
         raise errors.CostProfileError(
             f"expected a tfplaceto OpGraph, got {type(op_graph).__name__}; import the graph first "
             "(tp.import_graph)")
+    warn_if_other_implementation(op_graph, cluster)
     if isinstance(source, str) and source in SOURCES:
         analytical._graph_def_of(op_graph)  # a grouped graph fails here, before any cache lookup
         path = _cache_path(op_graph, cluster, source, cache_dir) if use_cache else None
@@ -101,6 +105,24 @@ def load_profile(path: str | os.PathLike, op_graph: OpGraph, cluster: Cluster | 
     return _select_kinds(loaded, cluster)
 
 
+def warn_if_other_implementation(op_graph: OpGraph, cluster: Cluster) -> None:
+    """ImplementationWarning when op_graph keeps another implementation of a Keras LSTM/GRU than
+    TensorFlow runs on the cluster's device type (`tfplaceto.graph.implementations`)."""
+    from tfplaceto.graph.implementations import target_device_type
+
+    target = target_device_type(cluster)
+    other = [c for c in op_graph.implementations if (c.device_type or "CPU") != target]
+    if not other:
+        return
+    kernels = sorted({c.kernel for c in other})
+    layers = ", ".join(c.layer for c in other[:3]) + (", ..." if len(other) > 3 else "")
+    warnings.warn(
+        f"the graph keeps the {'/'.join(kernels)} implementation of {len(other)} Keras RNN "
+        f"layer(s) ({layers}), but on {cluster.name!r} ({target}) TensorFlow runs the other one; "
+        f"import it with tp.import_graph(..., cluster={cluster.name!r}) to cost what runs",
+        errors.ImplementationWarning, stacklevel=3)
+
+
 def default_cache_dir() -> str:
     """$TFPLACETO_CACHE_DIR, else ~/.cache/tfplaceto."""
     return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfplaceto")
@@ -110,6 +132,8 @@ def _cache_path(op_graph: OpGraph, cluster: Cluster, source: str,
                 cache_dir: str | os.PathLike | None) -> str:
     directory = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
     loops = f"-loops{_LOOP_CACHE_VERSION}" if op_graph.has_loops else ""
+    if any(kind in fused_rnn.RNN_OPS for kind in op_graph.types):
+        loops += f"-rnn{_RNN_CACHE_VERSION}"
     name = f"{op_graph.fingerprint()}-{cluster.fingerprint()}-{source}-v{_CACHE_VERSION}{loops}.pb"
     return os.path.join(directory, name)
 

@@ -29,6 +29,8 @@ grappler costs every op once; an op in a while-loop body is charged its `op_grap
 grappler's shape inference does not see through loops, so in a graph with loops the ops are
 costed on a loop-free copy with the shapes TensorFlow's importer knows (`loop_free.py`), a
 second grappler item; loop control and TensorList ops keep the costs of the first.
+cuDNN's fused RNN ops (a Keras LSTM/GRU imported for a GPU cluster), which grappler has no model
+for, are costed by their FLOPs and bytes on the same device model (`fused_rnn.py`).
 
 No grappler optimizer rewrites the graph that is costed (the item is built with the default
 ItemConfig, which applies none, and the virtual cluster's Run only schedules); constant folding
@@ -43,7 +45,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, as_cluster
-from tfplaceto.costs import loop_free
+from tfplaceto.costs import fused_rnn, loop_free
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
 
@@ -103,6 +105,7 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
         free_graph_def, free_names = loop_free.loop_free_graph_def(op_graph)
         if free_names:
             loop_free_item = _grappler_item(free_graph_def, free_names)
+    fused = fused_rnn.rnn_work(op_graph)  # cuDNN's RNN ops, which grappler does not model
     for k, kind in enumerate(kinds):
         device = next(d for d in cluster.devices if d.kind == kind)
         costs = _grappler_op_costs(item, device)
@@ -118,6 +121,12 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
         missing = np.flatnonzero(~found)
         compute[missing, k] = _fallback_costs(op_graph, missing, device)
         estimated[missing] = True
+        if fused:
+            props = device_properties(device)
+            peak, bandwidth = _grappler_gigaops(props) * 1e9, props.bandwidth * 1e3
+            for i, work in fused.items():
+                compute[i, k] = fused_rnn.seconds(work, peak, bandwidth)
+    estimated[list(fused)] = False
     source = "analytical"
     if estimated.any():
         source += f" ({int(estimated.sum())} ops estimated)"

@@ -42,7 +42,10 @@ class CostProfile:
         object.__setattr__(self, "compute_s", compute)
 
     def per_device(self, op_graph: OpGraph, cluster: Cluster) -> np.ndarray:
-        """(num_ops, num_devices) compute seconds, checked against the graph and the cluster."""
+        """(num_ops, num_devices) compute seconds, checked against the graph and the cluster.
+
+        Each device's column is its kind's times its `compute_scale` (1 unless calibrated).
+        """
         self.check(op_graph)
         missing = [k for k in cluster.kinds if k not in self.device_kinds]
         if missing:
@@ -50,7 +53,10 @@ class CostProfile:
                 f"the cost profile has no costs for device kinds {missing} (it has "
                 f"{list(self.device_kinds)}); profile the graph for this cluster")
         columns = [self.device_kinds.index(d.kind) for d in cluster.devices]
-        return np.ascontiguousarray(self.compute_s[:, columns])
+        compute = np.ascontiguousarray(self.compute_s[:, columns])
+        scales = cluster.compute_scales
+        # A calibrated device computes at its own speed: its kind's column times its scale.
+        return compute * scales if (scales != 1.0).any() else compute
 
     def check(self, op_graph: OpGraph) -> None:
         if tuple(op_graph.names) != self.op_names:

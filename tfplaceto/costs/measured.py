@@ -7,6 +7,7 @@ untraced ones.
 
 Map of the file:
   measured_profile     one session per device kind -> a CostProfile.
+  traced_steps         the step stats of traced steps, one op at a time.
   local_device_of      the local TensorFlow device standing for a device kind (or None).
   _session_config      the cluster's session config, made suitable for per-op timing.
   _import_on_device    the GraphDef imported with every node placed (CPU fallback where needed).
@@ -19,8 +20,9 @@ Map of the file:
 Measurement choices (each keeps an op's measured time its own):
 - grappler and the classic graph optimizer are off, so no op is folded, fused or renamed
   (a remapper fusion would otherwise book a Conv2D's time under its Relu's name);
-- ops run one at a time (inter_op_parallelism_threads=1) so concurrent ops do not share the
-  cores: the simulator models a device as running one op at a time at its full speed;
+- ops run one at a time (every traced step in the caller's thread, `traced_steps`) so
+  concurrent ops do not share the cores: the simulator models a device as running one op at a
+  time at its full speed;
 - placement is explicit and soft placement is off; on a GPU kind, ops whose colocation group has
   no GPU kernel run on the host CPU (as TensorFlow would have to), and their time is recorded;
 - ops absent from the trace (never executed, e.g. a dead branch) get 0 s and are counted in
@@ -61,10 +63,8 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
       CostProfileError: a device kind is not present on this machine (e.g. "GPU:V100" presets on
         a CPU-only machine), bad runs/warmup, or the graph fails to run.
     """
-    import tensorflow as tf
-
     cluster = as_cluster(cluster)
-    graph_def = _graph_def_of(op_graph)
+    _graph_def_of(op_graph)  # a grouped graph fails here
     if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
         raise errors.CostProfileError(
             f"need runs >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
@@ -81,33 +81,16 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
     untraced = np.zeros(op_graph.num_ops, bool)
     config = _session_config(cluster)
     for k, kind in enumerate(cluster.kinds):
-        graph = _import_on_device(op_graph, graph_def, targets[kind])
-        fetches = [graph.get_operation_by_name(name) for name in op_graph.fetches]
-        rng = np.random.default_rng(0)
         samples = np.zeros((runs, op_graph.num_ops))
         seen = np.zeros(op_graph.num_ops, bool)
-        try:
-            # Feeds first: initialization adds placeholders of its own.
-            feeds = _random_feeds(graph, rng)
-            with tf.compat.v1.Session(graph=graph, config=config) as session:
-                initialize_all_variables(session, graph, op_graph.variable_values, rng)
-                for _ in range(warmup):
-                    session.run(fetches, feed_dict=feeds)
-                options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-                for r in range(runs):
-                    metadata = tf.compat.v1.RunMetadata()
-                    session.run(fetches, feed_dict=feeds, options=options, run_metadata=metadata)
-                    if r == 0 and k == 0 and op_graph.loops:
-                        check_loop_trips(op_graph, op_executions(metadata.step_stats))
-                    for name, seconds in op_seconds(metadata.step_stats).items():
-                        i = index.get(name)
-                        if i is not None:
-                            samples[r, i] = seconds
-                            seen[i] = True
-        except tf.errors.OpError as e:
-            raise errors.CostProfileError(
-                f"the graph failed to run on {targets[kind]} ({kind}): {errors.first_line(e)}; check "
-                "that it runs in a plain tf.compat.v1.Session, or use source='analytical'") from None
+        for r, step_stats in enumerate(traced_steps(op_graph, targets[kind], config, runs, warmup)):
+            if r == 0 and k == 0 and op_graph.loops:
+                check_loop_trips(op_graph, op_executions(step_stats))
+            for name, seconds in op_seconds(step_stats).items():
+                i = index.get(name)
+                if i is not None:
+                    samples[r, i] = seconds
+                    seen[i] = True
         compute[:, k] = np.median(samples, axis=0)
         untraced |= ~seen
     source = f"measured (median of {runs} runs"
@@ -115,6 +98,47 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
         source += f", {int(untraced.sum())} ops not traced"
     source += ")"
     return CostProfile(tuple(op_graph.names), cluster.kinds, compute, source, op_graph.fingerprint())
+
+
+def traced_steps(op_graph: OpGraph, device: str, config, runs: int, warmup: int) -> list:
+    """The step stats of `runs` fully traced steps of the graph with every node on `device`
+    (`_import_on_device`), after `warmup` untraced ones, in a Session with `config`.
+
+    Every step runs in the caller's thread (RunOptions.inter_op_thread_pool = -1): one op at a
+    time, strictly. inter_op_parallelism_threads=1 alone does not do that: the step stats show
+    TensorFlow's executor still running two ops at once (its pool's thread and, as we read it,
+    a thread running ready inexpensive ops inline), and a traced op time then includes sharing
+    the cores with the other one.
+    A while loop's parallel iterations offer many such pairs: on local:2 the same [32, 128] x
+    [128, 512] MatMul was traced at a median 898 us per execution in a loop body against 465 us
+    unrolled (200 vs 127 ms of the step with two ops overlapping), 344 vs 356 us in the caller's
+    thread. Raises CostProfileError if the graph fails to run.
+    """
+    import tensorflow as tf
+
+    graph_def = _graph_def_of(op_graph)
+    graph = _import_on_device(op_graph, graph_def, device)
+    fetches = [graph.get_operation_by_name(name) for name in op_graph.fetches]
+    rng = np.random.default_rng(0)
+    serial = tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
+    traced = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE, inter_op_thread_pool=-1)
+    result = []
+    try:
+        # Feeds first: initialization adds placeholders of its own.
+        feeds = _random_feeds(graph, rng)
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            initialize_all_variables(session, graph, op_graph.variable_values, rng)
+            for _ in range(warmup):
+                session.run(fetches, feed_dict=feeds, options=serial)
+            for _ in range(runs):
+                metadata = tf.compat.v1.RunMetadata()
+                session.run(fetches, feed_dict=feeds, options=traced, run_metadata=metadata)
+                result.append(metadata.step_stats)
+    except tf.errors.OpError as e:
+        raise errors.CostProfileError(
+            f"the graph failed to run on {device}: {errors.first_line(e)}; check that it runs in a "
+            "plain tf.compat.v1.Session, or use source='analytical'") from None
+    return result
 
 
 def local_device_of(kind: str) -> str | None:

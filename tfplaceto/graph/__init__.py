@@ -4,6 +4,8 @@
 - `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
   SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined.
 - `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory).
+- `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
+  the import keeps for the target device type.
 - `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step).
 - `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups.
 - `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
@@ -11,9 +13,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tfplaceto import checks
+from tfplaceto.graph import implementations
 from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
 from tfplaceto.graph.loops import LoopFrame, LoopIterations
@@ -28,7 +32,8 @@ def check_batch_size(batch_size) -> None:
 
 
 def import_graph(source, fetches: Sequence[str] | str | None = None,
-                 batch_size: int | None = None, loop_iterations: LoopIterations = None) -> OpGraph:
+                 batch_size: int | None = None, loop_iterations: LoopIterations = None,
+                 cluster=None) -> OpGraph:
     """Imports a TensorFlow computation as an OpGraph.
 
     Args:
@@ -40,6 +45,11 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
       loop_iterations: iterations of while loops (Keras LSTM/GRU, tf.while_loop) whose count is
         not static: an int for every such loop, or a dict loop frame name -> iterations (the
         names are in `op_graph.loop_report()` and in the warning for an assumed count).
+      cluster: the Cluster (or preset name) the graph will run on. A Keras LSTM/GRU has two
+        implementations that TensorFlow picks between by the device type it runs on: with a
+        GPU in the cluster its cuDNN kernel is kept, else its standard while loop; without a
+        cluster, the standard one (what the graph calls). `op_graph.implementation_report()`
+        says which.
 
     Raises:
       InvalidGraphError: the source cannot be read, has unknown sizes, a cycle or a bad fetch.
@@ -52,10 +62,14 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
         source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
     check_batch_size(batch_size)
-    loaded = sources.load_source(source, fetches=fetches)
-    return op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
-                                   loaded.variable_values, output_fetches=_output_fetches(fetches),
-                                   loop_iterations=loop_iterations)
+    device_type = None if cluster is None else implementations.target_device_type(cluster)
+    loaded = sources.load_source(source, fetches=fetches, device_type=device_type)
+    op_graph = op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,
+                                       loaded.variable_values, output_fetches=_output_fetches(fetches),
+                                       loop_iterations=loop_iterations)
+    if loaded.implementations:
+        op_graph = dataclasses.replace(op_graph, implementations=loaded.implementations)
+    return op_graph
 
 
 def _output_fetches(fetches) -> tuple[tuple[str, int], ...]:

@@ -309,7 +309,9 @@ def _nmt(num_layers: int):
 
 def _nmt_loop(num_layers: int):
     """nmt_2l_loop: `_nmt(num_layers)`'s model with Keras' default LSTMs (while loops, not
-    unrolled): the same mathematics and weights, 40 iterations of each loop per step.
+    unrolled): the same mathematics and weights, 40 iterations of each loop per step. Imported
+    for a cluster with GPUs (`import_graph(..., cluster=)`, as the bench does) each LSTM is
+    cuDNN's fused op instead, as TensorFlow runs it there (`tfplaceto.graph.implementations`).
 
     Estimate 6.0 GB: nmt_2l's 13.3 GB without the unrolled per-step weight gradients (a loop
     accumulates its weight gradient in place); the simulated single-device peak of the grouped
@@ -521,9 +523,10 @@ MODELS: dict[str, BuiltinModel] = dict([
     _entry("nmt_2l", "GNMT-style NMT, 2+2 LSTM layers of 1024 (first bidirectional), attention, "
            "32k vocab, 40 steps unrolled (Adam), batch 128; ~13.3 GB: over one K80, fits 2",
            _nmt(2), 128),
-    _entry("nmt_2l_loop", "nmt_2l with Keras' default LSTMs: while loops over the 40 steps "
-           "(forward and gradient), not unrolled; same weights and batch 128; ~6.0 GB by the "
-           "estimate (no per-step weight gradients held; simulated peaks are higher)",
+    _entry("nmt_2l_loop", "nmt_2l with Keras' default LSTMs, not unrolled: imported for a GPU "
+           "cluster, cuDNN's fused LSTM ops (what TensorFlow runs there), else while loops over "
+           "the 40 steps (forward and gradient); same weights and batch 128; ~6.0 GB by the "
+           "estimate for the loops (no per-step weight gradients held; simulated peaks are higher)",
            _nmt_loop(2), 128),
     _entry("nmt_4l", "GNMT-style NMT, 4+4 LSTM layers of 1024 (first bidirectional, residual from "
            "3), attention, 32k vocab, 40 steps unrolled (Adam), batch 128; ~20.3 GB: needs 2 "

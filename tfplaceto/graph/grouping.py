@@ -12,6 +12,10 @@ by construction. The order is chosen so intervals are meaningful:
 Colocation survives grouping as ties: the grouped graph's `colocation` ids are the union of its
 ops' colocation classes, so groups holding a variable and the ops that update it must share a
 device, exactly as their ops must.
+Op pairs that must stay together are tied the same way (`kept_together`): a forward op and the
+gradient op that re-reads what it read and wrote (`KEEP_TOGETHER`: MaxPool and MaxPoolGrad, whose
+oneDNN kernels may share a workspace and whose gradient reads both the pooling's input and output:
+split, both tensors cross devices every step). The groups holding the two ops share a device.
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from tfplaceto import checks, errors
 from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph, topological_order
 
 DEFAULT_MAX_GROUPS = 256
+# gradient op type -> the forward op types it must stay with, when one of its inputs is theirs.
+KEEP_TOGETHER = {
+    "MaxPoolGrad": ("MaxPool",),
+    "MaxPoolGradV2": ("MaxPoolV2", "MaxPool"),
+    "MaxPool3DGrad": ("MaxPool3D",),
+    "MaxPoolGradWithArgmax": ("MaxPoolWithArgmax",),
+}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -462,6 +473,19 @@ def _interval_cuts(signature: np.ndarray, weights: np.ndarray, max_groups: int,
     return cut_after
 
 
+def kept_together(op_graph: OpGraph) -> np.ndarray:
+    """(P, 2) op index pairs (forward, gradient) of KEEP_TOGETHER joined by a data edge."""
+    types = np.asarray(op_graph.types)
+    producers = op_graph.tensor_producer[op_graph.edge_tensor]
+    consumers = op_graph.edge_consumer
+    pairs = set()
+    for k in np.flatnonzero(np.isin(types[consumers], list(KEEP_TOGETHER))):
+        forward, gradient = int(producers[k]), int(consumers[k])
+        if types[forward] in KEEP_TOGETHER[types[gradient]]:
+            pairs.add((forward, gradient))
+    return np.array(sorted(pairs), np.int64).reshape(-1, 2)
+
+
 def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     """The OpGraph whose nodes are the groups of op_to_group."""
     g = int(op_to_group.max()) + 1
@@ -491,8 +515,11 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
 
     # Groups sharing a colocation class are tied: join each group to its ops' classes (items
     # g + class) and keep the groups' labels (every class item is joined to some group).
+    # Pairs that must stay together tie their groups likewise.
+    together = op_to_group[kept_together(op_graph)].reshape(-1, 2)
     colocation = joined_classes(g + int(op_graph.colocation.max()) + 1,
-                                np.stack([op_to_group, g + op_graph.colocation], 1))[:g]
+                                np.concatenate([np.stack([op_to_group, g + op_graph.colocation], 1),
+                                                together]))[:g]
 
     # A group runs as often as its most repeated op (its costs already count every iteration);
     # a tensor crossing groups keeps its per-step crossings.

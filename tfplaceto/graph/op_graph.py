@@ -28,6 +28,9 @@ Fields (N nodes, T tensors, E data edges, C control edges):
   loops        the LoopFrames of the graph (name, parent, trips, source), () without loops.
   frame        (N,) int32    the loop frame (index into `loops`) each node runs in, -1 outside
                              loops (and for a group whose ops are not all in one frame).
+  implementations  which alternative of each function with alternatives (a Keras LSTM/GRU's
+                             cuDNN kernel or standard loop) the import kept: ImplementationChoices
+                             (graph/implementations.py), () when there were none.
   unknown_shapes (N,) bool   a node reads a tensor of unknown static shape because a graph input
                              (a shapeless variable or queue) has one: its cost is a guess. All
                              False when not recorded (groups, hand-made graphs).
@@ -73,6 +76,7 @@ class OpGraph:
     loops: tuple = ()
     frame: np.ndarray | None = None
     unknown_shapes: np.ndarray | None = None
+    implementations: tuple = ()
 
     def __post_init__(self):
         if self.unknown_shapes is None:
@@ -151,6 +155,12 @@ class OpGraph:
         return [{"name": frame.name, "parent": None if frame.parent < 0 else self.loops[frame.parent].name,
                  "trips": frame.trips, "iterations_per_step": per_step[f], "source": frame.source}
                 for f, frame in enumerate(self.loops)]
+
+    def implementation_report(self) -> list[dict]:
+        """One dict per function with alternatives (a Keras LSTM/GRU layer): the layer, the
+        device type it was imported for, the kernel kept ("cuDNN" or "standard"), the function
+        kept and its call sites (for report.json)."""
+        return [choice.as_dict() for choice in self.implementations]
 
     def __repr__(self) -> str:
         loops = f", {len(self.loops)} loops" if self.loops else ""

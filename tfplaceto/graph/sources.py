@@ -54,6 +54,7 @@ from tensorflow.core.framework import graph_pb2, node_def_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
 
 from tfplaceto import errors
+from tfplaceto.graph import implementations
 
 __all__ = ["LoadedGraph", "initialize_all_variables", "initialize_variables", "inline_functions", "load_source"]
 
@@ -65,13 +66,23 @@ FUNCTIONAL_CONTROL_FLOW_OPS = frozenset(
 _NO_INLINE_ATTRS = ("_XlaMustCompile", "_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients",
                     "_noinline")
 # Functions with "api_implements" are alternatives the implementation selector may swap at run time
-# (Keras LSTM/GRU: a portable While-loop version and a CuDNN one); grappler never inlines them. We
-# drop the marker so the called version (the portable one Keras traces by default) is inlined.
+# (Keras LSTM/GRU: a portable While-loop version and a CuDNN one); grappler never inlines them.
+# `implementations.select` first points each call at the alternative for the target device type
+# (or leaves the called one); then the marker is dropped so the chosen version is inlined.
 _SWAPPABLE_FUNCTION_ATTRS = ("api_implements", "api_preferred_device")
 _TEXT_SUFFIXES = (".pbtxt", ".pbtext", ".txt", ".prototxt")
 _BUILTIN_PREFIX = "builtin:"
 
 Feed = tuple[str, "list[int | None] | None", str]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inlining:
+    """How calls are inlined: lower functional control flow; the device type whose alternative
+    of a swappable function is kept (None: the called one)."""
+
+    lower_control_flow: bool = True
+    device_type: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -84,6 +95,7 @@ class LoadedGraph:
                      unknown rank, dtype name) for each input that must be fed.
     variable_values  VarHandleOp node name -> the variable's value when it was loaded.
     description      one human-readable line saying what was loaded.
+    implementations  which alternative of each swappable function (Keras LSTM/GRU) was kept.
     """
 
     graph_def: graph_pb2.GraphDef
@@ -91,6 +103,7 @@ class LoadedGraph:
     feeds: tuple[Feed, ...]
     variable_values: dict[str, np.ndarray]
     description: str
+    implementations: tuple = ()  # the ImplementationChoice of each function with alternatives
 
     def __repr__(self) -> str:
         return (f"LoadedGraph({self.description}: {len(self.graph_def.node)} nodes, "
@@ -102,7 +115,7 @@ class LoadedGraph:
 
 def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
                 signature_key: str | None = None,
-                lower_control_flow: bool = True) -> LoadedGraph:
+                lower_control_flow: bool = True, device_type: str | None = None) -> LoadedGraph:
     """Loads any supported graph source into a `LoadedGraph` (see the module docstring).
 
     fetches: op names or tensor names ("x:0" means op "x"); None keeps the source's default
@@ -111,50 +124,55 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
     lower_control_flow: also lower functional While/If/Case to TF1 control flow (what the TF
       runtime does before placing ops), so loop and branch bodies are placeable ops; with False
       they stay single ops whose bodies live in the GraphDef's function library.
+    device_type: "GPU" or "CPU": of a function with alternatives (a Keras LSTM/GRU's cuDNN and
+      standard implementations), keep the one TensorFlow runs on that device type
+      (`tfplaceto.graph.implementations`); None keeps the one the graph calls (the standard one).
     Raises InvalidGraphError for an unsupported, unreadable or invalid source or a missing fetch.
     """
     requested = _normalize_fetches(fetches)
+    inlining = _Inlining(lower_control_flow, device_type)
     if isinstance(source, LoadedGraph):
-        return _finish(source.graph_def, requested or source.fetches, source.feeds,
-                       source.variable_values, source.description, lower_control_flow)
+        loaded = _finish(source.graph_def, requested or source.fetches, source.feeds,
+                         source.variable_values, source.description, inlining)
+        return dataclasses.replace(loaded, implementations=loaded.implementations or source.implementations)
     if isinstance(source, str) and source.startswith(_BUILTIN_PREFIX):
         return _from_builtin(source[len(_BUILTIN_PREFIX):], requested, signature_key,
-                             lower_control_flow)
+                             inlining)
     if isinstance(source, (str, os.PathLike)):
-        return _from_path(os.fspath(source), requested, signature_key, lower_control_flow)
+        return _from_path(os.fspath(source), requested, signature_key, inlining)
     if isinstance(source, graph_pb2.GraphDef):
         graph_def = graph_pb2.GraphDef()
         graph_def.CopyFrom(source)
-        return _from_graph_def(graph_def, requested, (), "GraphDef", lower_control_flow)
+        return _from_graph_def(graph_def, requested, (), "GraphDef", inlining)
     if isinstance(source, meta_graph_pb2.MetaGraphDef):
-        return _from_meta_graph_def(source, requested, "MetaGraphDef", lower_control_flow)
+        return _from_meta_graph_def(source, requested, "MetaGraphDef", inlining)
     if isinstance(source, tf.Graph) and getattr(source, "internal_captures", None):
         # A tf.function's graph: its captures still know the variables' shapes (its GraphDef
         # alone does not), so import it as its ConcreteFunction would be.
         return _from_concrete_function(_FuncGraphFunction(source), requested,
-                                       f"tf.function graph {source.name}", lower_control_flow)
+                                       f"tf.function graph {source.name}", inlining)
     if isinstance(source, tf.Graph):
         default_fetches = tuple(_name_of(item) for item in source.get_collection("train_op")
                                 if isinstance(item, (str, bytes)) or hasattr(item, "name"))
         return _from_graph_def(source.as_graph_def(), requested, default_fetches, "tf.Graph",
-                               lower_control_flow)
+                               inlining)
     if isinstance(source, tf.types.experimental.ConcreteFunction):
         return _from_concrete_function(source, requested, _function_description(source),
-                                       lower_control_flow)
+                                       inlining)
     if isinstance(source, tf.types.experimental.PolymorphicFunction):
         function = _concrete_function_of(source)
         return _from_concrete_function(function, requested, _function_description(function),
-                                       lower_control_flow)
+                                       inlining)
     if _is_keras_model(source):
-        return _from_keras_model(source, requested, lower_control_flow)
+        return _from_keras_model(source, requested, inlining)
     if hasattr(source, "signatures") and isinstance(source, tf.__internal__.tracking.AutoTrackable):
         # An object returned by tf.saved_model.load.
         return _from_loaded_saved_model(source, requested, signature_key, "loaded SavedModel",
-                                        lower_control_flow)
+                                        inlining)
     raise errors.InvalidGraphError(
         f"cannot import a graph from a {type(source).__module__}.{type(source).__qualname__}; "
         "pass a GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, tf.function with an "
-        "input_signature, tf.keras.Model, a SavedModel directory, a .pb/.pbtxt path or "
+        "input_signature, tf.keras.Model, a SavedModel directory, a .pb/.pbtxt or .keras/.h5 path or "
         "'builtin:NAME'")
 
 
@@ -286,40 +304,42 @@ def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
 
 def _from_graph_def(graph_def: graph_pb2.GraphDef, requested: tuple[str, ...],
                     default_fetches: tuple[str, ...], description: str,
-                    lower_control_flow: bool) -> LoadedGraph:
+                    inlining: _Inlining) -> LoadedGraph:
     """`graph_def` is already a private copy here: it may be rewritten in place."""
     _check_graph_def(graph_def, description)
     return _finish(graph_def, requested or default_fetches, _feeds_of_graph_def(graph_def), {},
-                   description, lower_control_flow)
+                   description, inlining)
 
 
 def _from_meta_graph_def(meta_graph: meta_graph_pb2.MetaGraphDef, requested: tuple[str, ...],
-                         description: str, lower_control_flow: bool) -> LoadedGraph:
+                         description: str, inlining: _Inlining) -> LoadedGraph:
     graph_def = graph_pb2.GraphDef()
     graph_def.CopyFrom(meta_graph.graph_def)
     default_fetches: tuple[str, ...] = ()
     if "train_op" in meta_graph.collection_def:
         collection = meta_graph.collection_def["train_op"]
         default_fetches = tuple(_op_name(name) for name in collection.node_list.value)
-    return _from_graph_def(graph_def, requested, default_fetches, description, lower_control_flow)
+    return _from_graph_def(graph_def, requested, default_fetches, description, inlining)
 
 
 def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
-               lower_control_flow: bool) -> LoadedGraph:
+               inlining: _Inlining) -> LoadedGraph:
     if not os.path.exists(path):
         raise errors.InvalidGraphError(
             f"{path!r} does not exist; pass a SavedModel directory, a .pb/.pbtxt GraphDef or "
-            "MetaGraphDef file, or 'builtin:NAME'")
+            "MetaGraphDef file, a .keras/.h5 Keras model, or 'builtin:NAME'")
     if os.path.isdir(path):
         if not any(os.path.exists(os.path.join(path, name))
                    for name in ("saved_model.pb", "saved_model.pbtxt")):
             raise errors.InvalidGraphError(
                 f"directory {path!r} holds no saved_model.pb, so it is not a SavedModel; pass the "
                 "SavedModel directory itself, or a .pb/.pbtxt GraphDef file")
-        return _from_saved_model_dir(path, requested, signature_key, lower_control_flow)
+        return _from_saved_model_dir(path, requested, signature_key, inlining)
+    if path.lower().endswith(_KERAS_SUFFIXES):
+        return _from_keras_model(_load_keras_file(path), requested, inlining)
     if os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt"):
         return _from_saved_model_dir(os.path.dirname(path) or ".", requested, signature_key,
-                                     lower_control_flow)
+                                     inlining)
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -335,8 +355,21 @@ def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
     kind, proto = parsed
     description = f"{kind} file {path}"
     if isinstance(proto, meta_graph_pb2.MetaGraphDef):
-        return _from_meta_graph_def(proto, requested, description, lower_control_flow)
-    return _from_graph_def(proto, requested, (), description, lower_control_flow)
+        return _from_meta_graph_def(proto, requested, description, inlining)
+    return _from_graph_def(proto, requested, (), description, inlining)
+
+
+_KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def _load_keras_file(path: str):
+    """A Keras model saved with model.save (compiled when it was saved compiled)."""
+    try:
+        return tf.keras.models.load_model(path)
+    except Exception as error:  # Keras raises ValueError, OSError, TypeError ... for a bad file
+        raise errors.InvalidGraphError(
+            f"cannot load the Keras model {path!r}: {errors.first_line(error)}; write it with "
+            "model.save(path), and load custom layers' modules first") from None
 
 
 def _parse_graph_file(data: bytes, prefer_text: bool
@@ -396,7 +429,7 @@ def _looks_valid(graph_def: graph_pb2.GraphDef) -> bool:
 # -- functions, Keras, SavedModel ---------------------------------------------------------------------
 
 def _from_concrete_function(function, requested: tuple[str, ...], description: str,
-                            lower_control_flow: bool) -> LoadedGraph:
+                            inlining: _Inlining) -> LoadedGraph:
     graph_def, variable_values = _self_contained_graph_def(function)
     captured = {tensor.ref() for tensor in function.graph.internal_captures}
     feeds = tuple((tensor.op.name, _shape_list(tensor.shape), tensor.dtype.name)
@@ -407,7 +440,7 @@ def _from_concrete_function(function, requested: tuple[str, ...], description: s
         # A function that returns nothing still has its side effects as control outputs.
         default_fetches = tuple(dict.fromkeys(op.name for op in function.graph.control_outputs))
     return _finish(graph_def, requested or default_fetches, feeds, variable_values, description,
-                   lower_control_flow)
+                   inlining)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -559,13 +592,13 @@ def load_saved_model(path: str):
 
 
 def _from_saved_model_dir(path: str, requested: tuple[str, ...], signature_key: str | None,
-                          lower_control_flow: bool) -> LoadedGraph:
+                          inlining: _Inlining) -> LoadedGraph:
     return _from_loaded_saved_model(load_saved_model(path), requested, signature_key,
-                                    f"SavedModel {path}", lower_control_flow)
+                                    f"SavedModel {path}", inlining)
 
 
 def _from_loaded_saved_model(loaded, requested: tuple[str, ...], signature_key: str | None,
-                             description: str, lower_control_flow: bool) -> LoadedGraph:
+                             description: str, inlining: _Inlining) -> LoadedGraph:
     key = signature_key or "serving_default"
     signatures = getattr(loaded, "signatures", {}) or {}
     if key not in signatures:
@@ -576,7 +609,7 @@ def _from_loaded_saved_model(loaded, requested: tuple[str, ...], signature_key: 
     # `loaded` owns the variables the signature captures: keep it alive until values are read.
     function = signatures[key]
     return _from_concrete_function(function, requested, f"{description} signature {key!r}",
-                                   lower_control_flow)
+                                   inlining)
 
 
 def _is_keras_model(source: Any) -> bool:
@@ -587,7 +620,7 @@ def _is_keras_model(source: Any) -> bool:
     return bool(model_types) and isinstance(source, model_types)
 
 
-def _from_keras_model(model, requested: tuple[str, ...], lower_control_flow: bool) -> LoadedGraph:
+def _from_keras_model(model, requested: tuple[str, ...], inlining: _Inlining) -> LoadedGraph:
     x_spec = _keras_input_spec(model)
     name = getattr(model, "name", type(model).__name__)
     compiled = (getattr(model, "optimizer", None) is not None
@@ -597,7 +630,7 @@ def _from_keras_model(model, requested: tuple[str, ...], lower_control_flow: boo
                               autograph=True)
         function = forward.get_concrete_function(x_spec)
         return _from_concrete_function(function, requested,
-                                       f"Keras model {name!r} forward pass", lower_control_flow)
+                                       f"Keras model {name!r} forward pass", inlining)
 
     loss = getattr(model, "loss", None)
     # compile() without a loss leaves {} (or None): only add_loss terms, so no targets to feed.
@@ -616,7 +649,7 @@ def _from_keras_model(model, requested: tuple[str, ...], lower_control_flow: boo
         # Read the variables while the (possibly cloned) optimizer, owner of the slots, lives.
         description = (f"Keras model {name!r} training step "
                        f"({type(optimizer).__name__}, loss {_loss_label(model.loss)})")
-        return _from_concrete_function(function, requested, description, lower_control_flow)
+        return _from_concrete_function(function, requested, description, inlining)
 
 
 @contextlib.contextmanager
@@ -742,7 +775,7 @@ def _loss_label(loss) -> str:
 # -- built-in graphs ------------------------------------------------------------------------------
 
 def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | None,
-                  lower_control_flow: bool) -> LoadedGraph:
+                  inlining: _Inlining) -> LoadedGraph:
     try:
         builtin = importlib.import_module("tfplaceto.graph.builtin")
     except ModuleNotFoundError as error:
@@ -765,12 +798,14 @@ def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | No
             and isinstance(source.graph_def, graph_pb2.GraphDef):
         # An OpGraph (or similar bundle) carrying its GraphDef and fetches.
         loaded = load_source(source.graph_def, requested or tuple(getattr(source, "fetches", ())),
-                             lower_control_flow=lower_control_flow)
+                             lower_control_flow=inlining.lower_control_flow,
+                             device_type=inlining.device_type)
         values = dict(getattr(source, "variable_values", {}) or {})
         return dataclasses.replace(loaded, variable_values={**values, **loaded.variable_values},
                                    description=f"built-in graph {name!r}")
     loaded = load_source(source, requested or None, signature_key=signature_key,
-                         lower_control_flow=lower_control_flow)
+                         lower_control_flow=inlining.lower_control_flow,
+                         device_type=inlining.device_type)
     return dataclasses.replace(loaded, description=f"built-in graph {name!r} ({loaded.description})")
 
 
@@ -778,16 +813,31 @@ def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | No
 
 def _finish(graph_def: graph_pb2.GraphDef, fetches: Sequence[str], feeds: Sequence[Feed],
             variable_values: Mapping[str, np.ndarray], description: str,
-            lower_control_flow: bool) -> LoadedGraph:
-    """Inlines calls, then checks fetches and feeds against the final graph."""
+            inlining: _Inlining) -> LoadedGraph:
+    """Inlines calls (choosing among alternatives, `_select_implementations`), then checks
+    fetches and feeds against the final graph."""
     before = {node.name for node in graph_def.node}
-    graph_def = inline_functions(graph_def, keep=[name for name in fetches if name in before],
-                                 lower_control_flow=lower_control_flow)
+    keep = [name for name in fetches if name in before]
+    choices: tuple = ()
+    if implementations.has_swappable(graph_def):
+        graph_def, choices = _select_implementations(graph_def, keep, inlining)
+    graph_def = inline_functions(graph_def, keep=keep, lower_control_flow=inlining.lower_control_flow)
     names = {node.name for node in graph_def.node}
     resolved = _resolve_fetches(fetches, names)
     feeds = tuple(feed for feed in feeds if feed[0] in names)
     variable_values = {name: value for name, value in variable_values.items() if name in names}
-    return LoadedGraph(graph_def, resolved, feeds, variable_values, description)
+    return LoadedGraph(graph_def, resolved, feeds, variable_values, description, choices)
+
+
+def _select_implementations(graph_def: graph_pb2.GraphDef, keep: Sequence[str],
+                            inlining: _Inlining) -> tuple[graph_pb2.GraphDef, tuple]:
+    """graph_def with each swappable call (a Keras LSTM/GRU) pointed at the alternative for
+    inlining.device_type, and the choices; the caller inlines. Only calls in graph_def.node are
+    swapped by grappler's implementation selector (a Keras model's training step or forward
+    pass has its layers' calls there); calls inside other functions' bodies (a SavedModel's
+    signature calling the model) are swapped where the alternatives have the same signature
+    (`implementations.select`)."""
+    return implementations.select(graph_def, inlining.device_type)
 
 
 def _normalize_fetches(fetches) -> tuple[str, ...]:

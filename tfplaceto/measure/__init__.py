@@ -6,12 +6,20 @@
 - `calibrate.py`: `calibrate_links` (latency and bandwidth of every device pair, by least
   squares over timed transfers), `calibrated_cluster`, `calibrate_op_costs` (per-op costs
   traced on the target's own devices).
+- `devices.py`: `measure_devices` (each device's speed on a reference op chain, and the
+  slowdown of devices sharing a host computing at once), `host_groups`.
 - `session.py`: running a placed GraphDef in a Session (random feeds, variables, timing).
 """
 
-from tfplaceto.measure.calibrate import calibrate_links, calibrate_op_costs, calibrated_cluster
-from tfplaceto.measure.measure import MeasureResult, measure
+from tfplaceto.measure.calibrate import (
+    calibrate_cluster,
+    calibrate_links,
+    calibrate_op_costs,
+    calibrated_cluster,
+)
+from tfplaceto.measure.measure import MeasurementWarning, MeasureResult, measure, measure_many
 from tfplaceto.measure.tf_cluster import LocalTarget, LocalTFCluster, RemoteTFCluster, TFTarget
 
-__all__ = ["LocalTFCluster", "LocalTarget", "MeasureResult", "RemoteTFCluster", "TFTarget",
-           "calibrate_links", "calibrate_op_costs", "calibrated_cluster", "measure"]
+__all__ = ["LocalTFCluster", "LocalTarget", "MeasureResult", "MeasurementWarning", "RemoteTFCluster",
+           "TFTarget", "calibrate_cluster", "calibrate_links", "calibrate_op_costs", "calibrated_cluster",
+           "measure", "measure_many"]

@@ -12,6 +12,9 @@
   sized transfers; latency from the hop chains.
 - `calibrate_links(target)`: both, for every pair -> a list of Links.
 - `calibrated_cluster(target)`: the target's Cluster with those links.
+- `calibrate_cluster(target)`: everything `tfplaceto calibrate` measures: links, and each
+  device's speed and the contention between devices sharing a host
+  (`tfplaceto.measure.devices`), as one Cluster to save and pass as `--cluster`.
 - `calibrate_op_costs(op_graph, target)`: a CostProfile of per-op times traced on the target's
   own devices (a worker task's pinned cores and thread pools, not this process's).
 
@@ -38,6 +41,7 @@ from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Link
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.measure.devices import DeviceTimes
 from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
@@ -78,7 +82,7 @@ class TransferTimes:
 
 def measure_transfers(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 10, warmup: int = 1,
                       devices: Sequence[str] | None = None,
-                      hops: Sequence[int] = DEFAULT_HOPS) -> list[TransferTimes]:
+                      hops: Sequence[int] = DEFAULT_HOPS, progress=None) -> list[TransferTimes]:
     """Times transfers of each size, and hop chains, between every ordered pair of devices.
 
     Args:
@@ -88,6 +92,7 @@ def measure_transfers(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 
       warmup: untimed steps per variant first.
       devices: a subset of the target's devices (default: all).
       hops: chain lengths for the hop latency (at least two distinct ones; () skips it).
+      progress: called as progress("links", done, total) after each timed batch.
     """
     import tensorflow as tf
 
@@ -114,13 +119,20 @@ def measure_transfers(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 
     try:
         with tf.compat.v1.Session(target.target, graph=graph, config=config) as session:
             session.run(inits)
+            total, done = len(devices) * len(sizes) + len(chains), 0
             for i in range(len(devices)):
                 for k in range(len(sizes)):
                     fastest[i, k] = _fastest(session, sums[i][k], runs, warmup)
+                    done += 1
+                    if progress is not None:
+                        progress("links", done, total)
             for (i, j), per_length in chains.items():
                 extra = [b - a for a, b in (_fastest(session, ops, runs, warmup)
                                             for ops in per_length)]
                 hop_latency[i, j] = (tuple(extra), float(np.polyfit(hops, extra, 1)[0]))
+                done += 1
+                if progress is not None:
+                    progress("links", done, total)
     except tf.errors.OpError as e:
         raise map_run_error(e, target.description) from None
     result = []
@@ -169,13 +181,13 @@ def fit_link(transfers: TransferTimes) -> Link:
 
 
 def calibrate_links(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 10, warmup: int = 1,
-                    hops: Sequence[int] = DEFAULT_HOPS) -> list[Link]:
+                    hops: Sequence[int] = DEFAULT_HOPS, progress=None) -> list[Link]:
     """A measured Link (bandwidth, latency) for every ordered pair of the target's devices.
 
     target: a LocalTFCluster, a RemoteTFCluster, "local:N" or "grpc://host:port". See
     `measure_transfers` for the method and `fit_link` for the fit.
     """
-    return [fit_link(t) for t in measure_transfers(target, sizes, runs, warmup, hops=hops)]
+    return [fit_link(t) for t in measure_transfers(target, sizes, runs, warmup, hops=hops, progress=progress)]
 
 
 def calibrated_cluster(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 10,
@@ -183,6 +195,44 @@ def calibrated_cluster(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int =
     """The target's Cluster (`target.cluster()`) with calibrated links between all its devices."""
     target = _target(target)
     return target.cluster(calibrate_links(target, sizes, runs, hops=hops))
+
+
+def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 10,
+                      hops: Sequence[int] = DEFAULT_HOPS, rounds: int = 5, device_runs: int = 5,
+                      contention: bool = True, seed: int = 0, progress=None,
+                      device_times: DeviceTimes | None = None,
+                      links: Sequence[Link] | None = None) -> Cluster:
+    """The target's Cluster with everything measured: links, device speeds, contention.
+
+    Args:
+      target: a TFTarget, "local", "local:N", "grpc://host:port" or a ClusterSpec (as_target).
+      sizes, runs, hops: the link calibration (`calibrate_links`; skipped for one device).
+      rounds, device_runs: interleaved rounds and timed steps per round of the reference chain
+        (`tfplaceto.measure.devices.measure_devices`).
+      contention: measure contention between devices sharing a host (False: speeds only).
+      seed: of the reference chain's weights and the rounds' order.
+      progress: called as progress(stage, done, total), stage "links" or "devices".
+      device_times: already measured DeviceTimes to use instead of measuring again.
+      links: already calibrated links to use instead of measuring again.
+
+    Devices get `compute_scale` = their reference-chain time over the first device of their kind;
+    hosts whose devices measurably slow each other down become ContentionGroups.
+    """
+    from tfplaceto.measure.devices import host_groups, measure_devices
+
+    target = as_target(target)
+    names = target.devices
+    if links is None:
+        links = calibrate_links(target, sizes, runs, hops=hops, progress=progress) if len(names) >= 2 else []
+    base = target.cluster(links)
+    if device_times is None:
+        groups = host_groups(target) if contention else []
+        device_times = measure_devices(target, names, groups, rounds=rounds, runs=device_runs,
+                                       seed=seed, progress=progress)
+    scales = device_times.compute_scales({d.name: d.kind for d in base.devices})
+    devices = [dataclasses.replace(d, compute_scale=float(scales.get(d.name, 1.0))) for d in base.devices]
+    groups = device_times.contention() if contention else []
+    return Cluster(devices, base.links(), name=f"calibrated {target.description}", contention=groups)
 
 
 def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2,
@@ -317,5 +367,5 @@ def _timed(session, op) -> float:
     return time.perf_counter() - start
 
 
-__all__ = ["DEFAULT_HOPS", "DEFAULT_SIZES", "TransferTimes", "calibrate_links", "calibrate_op_costs",
-           "calibrated_cluster", "fit_link", "fit_transfer_model", "measure_transfers"]
+__all__ = ["DEFAULT_HOPS", "DEFAULT_SIZES", "TransferTimes", "calibrate_cluster", "calibrate_links",
+           "calibrate_op_costs", "calibrated_cluster", "fit_link", "fit_transfer_model", "measure_transfers"]

@@ -3,7 +3,14 @@
 - `measure(graph, placement, target=None, runs=10)`: writes the placement into the GraphDef
   (`apply_placement`), checks every device it names exists on the target, runs `warmup` steps
   and then `runs` timed steps in a Session with soft placement off, and returns the median.
-- `MeasureResult`: the median, every step time, the target's description, the devices used.
+- `measure_many(graph, placements, target, rounds=3, runs=5)`: several placements measured in
+  interleaved rounds (each round in a new shuffled order), so a burst of load from elsewhere
+  spreads over all placements instead of inflating one; per placement the median of every
+  step and the spread of its round medians.
+- `MeasureResult`: the median, every step time, the target's description, the devices used, and
+  the spread: how far repeated measurements of the placement disagree.
+- `MeasurementWarning`: warned when a spread exceeds the stated margin (`max_spread`, default
+  `DEFAULT_MAX_SPREAD` = 10%): the figure is then not to be trusted to that margin.
 - `graph_parts(graph)`: (GraphDef, fetches, variable values) of an OpGraph or a GraphDef.
 - `map_run_error(error, target)`: a TensorFlow runtime error as tfplaceto's typed error.
 
@@ -18,6 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import warnings
+
+import numpy as np
 
 from tfplaceto import checks, errors
 from tfplaceto.graph.from_graph_def import parse_input
@@ -29,6 +39,14 @@ from tfplaceto.rewrite import apply_placement
 _MAX_RUNS = 10**6  # a million timed steps is already days of a real model
 
 _LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:"
+# Repeated measurements of one placement further apart than this (relative to their median)
+# are warned about.
+DEFAULT_MAX_SPREAD = 0.10
+_MIN_STEPS_FOR_SPREAD = 5
+
+
+class MeasurementWarning(UserWarning):
+    """Repeated measurements of one placement differ by more than the stated margin."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +57,18 @@ class MeasureResult:
     step_times_s  wall time of each timed step (client Session.run), in run order.
     target        where it ran ("local:2", "LocalTFCluster(2 tasks, grpc://localhost:1234)").
     devices       the devices the placed graph uses.
+    spread        how far repeated measurements disagree, relative to the median: (max - min) /
+                  median of the round medians (`measure_many`, `rounds` > 1), else (90th - 10th
+                  percentile) / median of the steps.
+    round_times_s  the median step of each round (`measure_many`), in round order.
     """
 
     step_time_s: float
     step_times_s: list[float]
     target: str
     devices: tuple[str, ...] = ()
+    spread: float = 0.0
+    round_times_s: tuple[float, ...] = ()
 
     def __repr__(self) -> str:
         return (f"MeasureResult({self.step_time_s * 1e3:.3f} ms median of {len(self.step_times_s)} "
@@ -52,7 +76,8 @@ class MeasureResult:
 
 
 def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, warmup: int = 2,
-            seed: int = 0, config=None, inputs_on_device: bool = True) -> MeasureResult:
+            seed: int = 0, config=None, inputs_on_device: bool = True,
+            max_spread: float | None = DEFAULT_MAX_SPREAD) -> MeasureResult:
     """Measures the step time of a placed graph for real.
 
     Args:
@@ -69,6 +94,8 @@ def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, wa
         placement stays off whatever it says.
       inputs_on_device: hold inputs in variables on their devices (True) or feed them from the
         client every step (False).
+      max_spread: warn (MeasurementWarning) when the steps' 10th-90th percentile width exceeds
+        this fraction of the median (None: never; not checked for fewer than 5 steps).
 
     Raises:
       InvalidGraphError: not a graph, a grouped OpGraph, an empty placement, unknown input
@@ -100,7 +127,66 @@ def measure(graph_def_or_op_graph, placement, target=None, runs: int = 10, *, wa
     result = run_or_raise(resolved, placed, fetches, session_config, values, feeds, runs, warmup,
                           seed=seed)
     times = list(result.run_times_s)
-    return MeasureResult(statistics.median(times), times, resolved.description, used)
+    median = statistics.median(times)
+    spread = float(np.subtract(*np.percentile(times, [90, 10])) / median) if median > 0 else 0.0
+    if len(times) >= _MIN_STEPS_FOR_SPREAD:  # the percentiles of two or three steps say little
+        _warn_spread(spread, max_spread, f"the {len(times)} steps", resolved.description)
+    return MeasureResult(median, times, resolved.description, used, spread)
+
+
+def measure_many(graph_def_or_op_graph, placements, target=None, rounds: int = 3, runs: int = 5, *,
+                 warmup: int = 2, seed: int = 0, config=None, inputs_on_device: bool = True,
+                 max_spread: float | None = DEFAULT_MAX_SPREAD, progress=None) -> dict:
+    """Measures several placements of one graph in interleaved rounds.
+
+    Args:
+      placements: a mapping label -> placement (as `measure` takes).
+      rounds: rounds over all placements, each in a new order (shuffled with `seed`).
+      runs, warmup, seed, config, inputs_on_device: per placement and round, as in `measure`.
+      max_spread: warn (MeasurementWarning) for each placement whose round medians differ by more
+        than this fraction of their median (None: never).
+      progress: called as progress("measure", done, total) after each placement and round.
+
+    Returns label -> MeasureResult: `step_time_s` the median of all its steps, `round_times_s`
+    each round's median, `spread` (max - min) / median of those.
+    """
+    rounds = checks.check_int("measure rounds", rounds, 1, _MAX_RUNS)
+    if not placements:
+        raise errors.InvalidGraphError("measure_many needs at least one placement")
+    labels = list(placements)
+    steps: dict = {label: [] for label in labels}
+    medians: dict = {label: [] for label in labels}
+    found: dict = {}
+    rng = np.random.default_rng(seed)
+    done = 0
+    for _ in range(rounds):
+        for k in rng.permutation(len(labels)):
+            label = labels[k]
+            result = measure(graph_def_or_op_graph, placements[label], target, runs, warmup=warmup,
+                             seed=seed, config=config, inputs_on_device=inputs_on_device,
+                             max_spread=None)
+            steps[label] += result.step_times_s
+            medians[label].append(result.step_time_s)
+            found[label] = result
+            done += 1
+            if progress is not None:
+                progress("measure", done, rounds * len(labels))
+    results = {}
+    for label in labels:
+        median = statistics.median(steps[label])
+        spread = float(np.ptp(medians[label]) / median) if median > 0 else 0.0
+        _warn_spread(spread, max_spread, f"{rounds} rounds of placement {label!r}", found[label].target)
+        results[label] = MeasureResult(median, steps[label], found[label].target, found[label].devices,
+                                       spread, tuple(medians[label]))
+    return results
+
+
+def _warn_spread(spread: float, max_spread: float | None, what: str, where: str) -> None:
+    if max_spread is not None and spread > max_spread:
+        warnings.warn(
+            f"{what} on {where} differ by {spread:.0%} of their median (more than {max_spread:.0%}): "
+            "the host is noisy (other processes, frequency scaling); measure more rounds or on a "
+            "quieter machine before trusting differences this small", MeasurementWarning, stacklevel=3)
 
 
 def graph_parts(graph) -> tuple:
@@ -171,5 +257,6 @@ def map_run_error(error, where: str) -> errors.TfplacetoError:
     return errors.InvalidGraphError(f"the placed graph failed on {where}: {first}")
 
 
-__all__ = ["MeasureResult", "check_devices", "graph_parts", "map_run_error", "measure",
+__all__ = ["DEFAULT_MAX_SPREAD", "MeasureResult", "MeasurementWarning", "check_devices", "graph_parts",
+           "map_run_error", "measure", "measure_many",
            "placed_devices", "run_or_raise"]

@@ -89,7 +89,11 @@ class LocalTarget(TFTarget):
         if base is not None:
             # Cluster.local's figures; the given links replace its defaults pair by pair.
             return Cluster(base.devices, [*base.links(), *links], name=self.description)
-        return super().cluster(links)
+        # With GPUs: the figures Cluster.local() gives them (model, memory), so a calibrated file
+        # has the same device kinds as --cluster local and its cost profiles.
+        known = {d.name: d for d in Cluster.local().devices}
+        return Cluster([known.get(name) or _device(name, len(self.devices)) for name in self.devices], links,
+                       name=self.description)
 
 
 class _GrpcTarget(TFTarget):

@@ -97,7 +97,7 @@ class GraphStatics:
     num_nodes: int
     senders: np.ndarray  # (E,) node-level data edges, one per (producer, consumer) pair
     receivers: np.ndarray
-    edge_bytes: np.ndarray  # (E,) float64, bytes of all tensors of the pair
+    edge_bytes: np.ndarray  # (E,) float64, bytes per step of all tensors of the pair
     static_nodes: np.ndarray  # (N, STATIC_NODE_FEATURES) float32
     fastest_s: np.ndarray  # (N,) compute seconds on the node's fastest allowed device
     compute_s: np.ndarray  # (N, D) compute seconds on every device
@@ -124,10 +124,12 @@ class GraphStatics:
 
 
 def node_edges(op_graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(senders, receivers, bytes) of the data edges deduplicated to node pairs, self-loops dropped."""
+    """(senders, receivers, bytes per step) of the data edges deduplicated to node pairs,
+    self-loops dropped; a tensor in a while-loop body moves every iteration (its trips)."""
     senders = np.asarray(op_graph.senders, np.int64)
     receivers = np.asarray(op_graph.receivers, np.int64)
-    nbytes = np.asarray(op_graph.edge_bytes, np.float64)
+    trips = np.asarray(op_graph.tensor_iterations, np.float64)[np.asarray(op_graph.edge_tensor)]
+    nbytes = np.asarray(op_graph.edge_bytes, np.float64) * trips
     keep = senders != receivers
     senders, receivers, nbytes = senders[keep], receivers[keep], nbytes[keep]
     n = max(op_graph.num_ops, 1)

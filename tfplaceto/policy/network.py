@@ -162,15 +162,25 @@ def _batched_graph(features: F.Features) -> graphs.GraphsTuple:
 class PlacetoNetwork(snt.Module):
     """(packed statics, observation batch) -> masked logits over device slots (B, D).
 
+    `embed` (the message passing: what costs) and `score` (the current class's context and
+    device features: ~10x cheaper) are separate, so a policy may reuse one `embed` for the next
+    `refresh_every` steps of an episode (`rl.agent.PlacetoPolicy`); calling the network is both.
+
     Args:
       hidden: embedding width.
       rounds: message-passing rounds in each direction of the DAG.
       seed: fixes the initial weights.
+      refresh_every: how many consecutive steps of an episode the policy scores from one
+        `embed` (1: a fresh embedding every step, the paper's). Part of the config because a
+        policy acts as it was trained: it is saved with the weights.
     """
 
-    def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, name: str = "placeto_network"):
+    def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
+                 name: str = "placeto_network"):
         super().__init__(name=name)
-        self._config = {"hidden": hidden, "rounds": rounds, "seed": seed}
+        if refresh_every < 1:
+            raise ValueError(f"refresh_every must be >= 1, got {refresh_every}")
+        self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -186,7 +196,20 @@ class PlacetoNetwork(snt.Module):
         """The constructor's arguments (a plain dict: what a saved policy records)."""
         return dict(self._config)
 
+    @property
+    def hidden(self) -> int:
+        return self._config["hidden"]
+
+    @property
+    def refresh_every(self) -> int:
+        return self._config["refresh_every"]
+
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
+        return self.score(statics, observation, self.embed(statics, observation))
+
+    def embed(self, statics: dict, observation: dict) -> tf.Tensor:
+        """Node embeddings (B, N, H) of a batch of observations: the message passing (the
+        expensive part, which `score` can reuse for the next few steps of an episode)."""
         features = F.compute_features(statics, observation)
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
@@ -194,7 +217,13 @@ class PlacetoNetwork(snt.Module):
         nodes = self._normalize(self._combine(tf.concat([self._down(graph), self._up(reversed_graph)], axis=-1)))
         shape = tf.shape(features.node_mask)
         embeddings = tf.reshape(nodes, [shape[0], shape[1], nodes.shape[-1]])
-        embeddings = embeddings * features.node_mask[..., None]
+        return embeddings * features.node_mask[..., None]
+
+    def score(self, statics: dict, observation: dict, embeddings: tf.Tensor) -> tf.Tensor:
+        """Masked logits (B, D) of the current class of each observation, from node embeddings
+        (`embed` of this observation, or of one a few steps earlier in the same episode) and the
+        observation's own (class, device) features."""
+        features = F.compute_features(statics, observation)
         context = self._pooling(embeddings, features)
         self._built = True
         return self._scorer(context, embeddings, features)

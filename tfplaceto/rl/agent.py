@@ -15,8 +15,9 @@ Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem
 returns-to-go. Per-step baseline: b_t = the mean return-to-go at step index t of the *other*
 episodes of the batch (leave-one-out: unbiased; the lanes share the problem and the start
 distribution, so they are each other's reference). Advantages are divided by their standard
-deviation. To bound the cost of an update, at most `max_train_steps` valid steps (sampled
-uniformly, seeded) enter the gradient: an unbiased estimate of the full-batch mean.
+deviation. To bound the cost of an update, about `max_train_steps` valid steps (whole groups of
+steps scored from one embedding, sampled uniformly, seeded) enter the gradient: an unbiased
+estimate of the full-batch mean; a group costs one `embed` and one cheap `score` per step.
 `variables_to_checkpoint()` is what `tf.train.Checkpoint` should track to resume training.
 """
 
@@ -30,6 +31,7 @@ import tensorflow_probability as tfp
 from tf_agents.agents import tf_agent
 from tf_agents.policies import greedy_policy, tf_policy
 from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
 
 PlacetoLossInfo = collections.namedtuple(
     "PlacetoLossInfo", ("policy_loss", "entropy", "mean_return", "train_steps"))
@@ -43,6 +45,11 @@ def as_tensors(packed: dict) -> dict:
 class PlacetoPolicy(tf_policy.TFPolicy):
     """Samples a device for the current class from the network's masked softmax.
 
+    With a network whose `refresh_every` is k > 1 the policy has a state: the node embeddings of
+    the latest `embed` and the steps since (`age`); it embeds again at each episode's first step
+    and every k steps, and scores every step from its own observation and those embeddings (the
+    loss recomputes exactly these, `PlacetoAgent.refresh_ages`).
+
     Args:
       time_step_spec, action_spec: the environment's specs (TensorSpecs).
       network: a `PlacetoNetwork`.
@@ -52,7 +59,14 @@ class PlacetoPolicy(tf_policy.TFPolicy):
 
     def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict, seed: int = 0,
                  name: str | None = None):
-        super().__init__(time_step_spec, action_spec, clip=False, validate_args=False, name=name)
+        self._refresh_every = network.refresh_every
+        state_spec = ()
+        if self._refresh_every > 1:
+            nodes = statics["node_mask"].shape[1]
+            state_spec = {"embeddings": tf.TensorSpec((nodes, network.hidden), tf.float32, "embeddings"),
+                          "age": tf.TensorSpec((), tf.int32, "age")}
+        super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec, clip=False,
+                         validate_args=False, name=name)
         self._network = network
         self._statics = statics
         self._generator = tf.random.Generator.from_seed(seed)
@@ -68,21 +82,33 @@ class PlacetoPolicy(tf_policy.TFPolicy):
     def _variables(self):
         return self._network.variables
 
-    def logits(self, observation) -> tf.Tensor:
-        return self._network(self._statics, observation)
+    def logits(self, time_step, policy_state=()) -> tuple[tf.Tensor, object]:
+        """(masked logits (B, D), the next policy state) for a batch of time steps."""
+        observation = time_step.observation
+        if self._refresh_every == 1:
+            return self._network(self._statics, observation), policy_state
+        age, cached = policy_state["age"], policy_state["embeddings"]
+        refresh = time_step.is_first() | (age + 1 >= self._refresh_every)
+        # The episodes of a batch run in lockstep, so they refresh together: one `embed` call.
+        embeddings = tf.cond(
+            tf.reduce_any(refresh),
+            lambda: tf.where(refresh[:, None, None], self._network.embed(self._statics, observation), cached),
+            lambda: cached)
+        state = {"embeddings": embeddings, "age": tf.where(refresh, 0, age + 1)}
+        return self._network.score(self._statics, observation, embeddings), state
 
     def _distribution(self, time_step, policy_state):
+        logits, state = self.logits(time_step, policy_state)
         return policy_step.PolicyStep(
-            tfp.distributions.Categorical(logits=self.logits(time_step.observation),
-                                          dtype=self.action_spec.dtype), policy_state)
+            tfp.distributions.Categorical(logits=logits, dtype=self.action_spec.dtype), state)
 
     def _action(self, time_step, policy_state, seed):
         del seed  # the policy's own generator makes runs reproducible and resumable
-        logits = self.logits(time_step.observation)
+        logits, state = self.logits(time_step, policy_state)
         uniform = self._generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
         action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1,
                            output_type=self.action_spec.dtype)
-        return policy_step.PolicyStep(action, policy_state)
+        return policy_step.PolicyStep(action, state)
 
 
 class PlacetoAgent(tf_agent.TFAgent):
@@ -97,7 +123,7 @@ class PlacetoAgent(tf_agent.TFAgent):
         variable: the training loop decays it).
       gradient_clipping: global-norm clip of the gradient.
       discount: of the returns-to-go.
-      max_train_steps: at most this many steps per update enter the gradient (None: all).
+      max_train_steps: about this many steps per update enter the gradient (None: all).
       seed: seeds the step subsampling and the collect policy's sampling.
     """
 
@@ -156,15 +182,35 @@ class PlacetoAgent(tf_agent.TFAgent):
         others = tf.maximum(count - valid, 1.0)
         return tf.where(count - valid > 0, (total - returns) / others, 0.0)
 
-    def _select(self, valid: tf.Tensor) -> tf.Tensor:
-        """Flat indices of the steps entering the gradient (all valid ones, or a seeded sample)."""
-        flat = tf.reshape(valid, [-1])
+    def refresh_ages(self, step_type: tf.Tensor) -> tf.Tensor:
+        """Steps since the policy's latest `embed` [B, T] (0: it embedded at that step): at every
+        FIRST step and every `refresh_every` steps, as `PlacetoPolicy` counts them."""
+        k = self._network.refresh_every
+        first = tf.transpose(tf.equal(step_type, ts.StepType.FIRST))  # [T, B]
+        ages = tf.scan(lambda age, is_first: tf.where(is_first | (age + 1 >= k), 0, age + 1), first,
+                       initializer=tf.fill(tf.shape(first[0]), k - 1))
+        return tf.transpose(ages)
+
+    def _select(self, valid: tf.Tensor, ages: tf.Tensor):
+        """Which steps enter the gradient: (their flat indices, the group of each, the flat
+        indices of the groups' embedding steps). A group is the steps scored from one `embed`;
+        all groups, or a seeded sample of about `max_train_steps` steps' worth of them."""
+        flat, flat_age = tf.reshape(valid, [-1]), tf.reshape(ages, [-1])
+        embedded = flat * tf.cast(tf.equal(flat_age, 0), tf.float32)
         if self._max_train_steps is None:
-            return tf.where(flat > 0)[:, 0]
-        seed = tf.stack([tf.constant(self._seed, tf.int64), tf.cast(self.train_step_counter, tf.int64)])
-        scores = tf.random.stateless_uniform(tf.shape(flat), seed=seed) + 2.0 * flat
-        k = tf.minimum(tf.cast(tf.reduce_sum(flat), tf.int32), self._max_train_steps)
-        return tf.cast(tf.math.top_k(scores, k=k, sorted=True).indices, tf.int64)
+            groups = tf.where(embedded > 0)[:, 0]
+        else:
+            seed = tf.stack([tf.constant(self._seed, tf.int64), tf.cast(self.train_step_counter, tf.int64)])
+            scores = tf.random.stateless_uniform(tf.shape(flat), seed=seed) + 2.0 * embedded
+            count = -(-self._max_train_steps // self._network.refresh_every)
+            k = tf.minimum(tf.cast(tf.reduce_sum(embedded), tf.int32), count)
+            groups = tf.cast(tf.math.top_k(scores, k=k, sorted=True).indices, tf.int64)
+        size = tf.size(flat, out_type=tf.int64)
+        group_of = tf.tensor_scatter_nd_update(tf.fill([size], -1), groups[:, None],
+                                               tf.range(tf.size(groups)))
+        group = tf.gather(group_of, tf.range(size) - tf.cast(flat_age, tf.int64))
+        steps = tf.where((flat > 0) & (group >= 0))[:, 0]
+        return steps, tf.gather(group, steps), groups
 
     def _loss(self, experience, weights=None, training: bool = False):
         rewards = tf.cast(experience.reward, tf.float32)
@@ -174,25 +220,28 @@ class PlacetoAgent(tf_agent.TFAgent):
         count = tf.maximum(tf.reduce_sum(valid), 1.0)
         std = tf.sqrt(tf.reduce_sum(tf.square(advantages)) / count)
         advantages = advantages / (std + 1e-8)
-        chosen = self._select(valid)
+        steps, group, groups = self._select(valid, self.refresh_ages(experience.step_type))
 
-        def flat_gather(x):
-            return tf.gather(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), chosen)
+        def flat_gather(x, indices):
+            return tf.gather(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), indices)
 
-        observation = tf.nest.map_structure(flat_gather, experience.observation)
-        logits = self._network(self._statics, observation)
+        # The embeddings the policy scored each chosen step from, recomputed at their steps.
+        embeddings = self._network.embed(
+            self._statics, tf.nest.map_structure(lambda x: flat_gather(x, groups), experience.observation))
+        observation = tf.nest.map_structure(lambda x: flat_gather(x, steps), experience.observation)
+        logits = self._network.score(self._statics, observation, tf.gather(embeddings, group))
         log_probabilities = tf.nn.log_softmax(logits)
-        actions = flat_gather(experience.action)
+        actions = flat_gather(experience.action, steps)
         log_prob = tf.gather(log_probabilities, actions, batch_dims=1)
         probabilities = tf.exp(log_probabilities)
         entropy = -tf.reduce_sum(probabilities * log_probabilities, axis=-1)
-        policy_loss = -tf.reduce_mean(flat_gather(advantages) * log_prob)
+        policy_loss = -tf.reduce_mean(flat_gather(advantages, steps) * log_prob)
         mean_entropy = tf.reduce_mean(entropy)
         total = policy_loss - self.entropy_coefficient * mean_entropy
         return tf_agent.LossInfo(total, PlacetoLossInfo(
             policy_loss=policy_loss, entropy=mean_entropy,
             mean_return=tf.reduce_sum(returns[:, 0]) / tf.maximum(tf.reduce_sum(valid[:, 0]), 1.0),
-            train_steps=tf.size(chosen)))
+            train_steps=tf.size(steps)))
 
     # -- train step ------------------------------------------------------------------------------
     def _train(self, experience, weights=None):

@@ -73,7 +73,7 @@ def collect(env: PlacementEnvironment, policy, time_step):
     """
     steps: list = []
     driver = py_driver.PyDriver(env, policy, [steps.append], max_episodes=env.batch_size)
-    time_step, _ = driver.run(time_step)
+    time_step, _ = driver.run(time_step, policy.get_initial_state(env.batch_size))
     experience = tf.nest.map_structure(lambda *xs: np.stack(xs, axis=1), *steps)
     weights = (~experience.is_boundary()).astype(np.float32)
     return experience, weights, time_step
@@ -93,16 +93,18 @@ class Actor:
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
         policy = PlacetoPolicy(*specs(probe), network, as_tensors(F.pack(probe.statics, probe.dims)), seed=seed)
-        signature = {k: tf.TensorSpec((None,) + tuple(v.shape), v.dtype)
-                     for k, v in probe.observation_spec().items()}
+        batched = lambda spec: tf.TensorSpec((None,) + tuple(spec.shape), spec.dtype)  # noqa: E731
+        signature = [tf.nest.map_structure(batched, policy.time_step_spec),
+                     tf.nest.map_structure(batched, policy.policy_state_spec), tf.TensorSpec((), tf.bool)]
 
-        @tf.function(input_signature=[signature, tf.TensorSpec((), tf.bool)], autograph=False)
-        def act(observation, greedy):
-            logits = policy.logits(observation)
+        @tf.function(input_signature=signature, autograph=False)
+        def act(time_step, state, greedy):
+            logits, state = policy.logits(time_step, state)
             uniform = policy.generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
             noise = tf.where(greedy, tf.zeros_like(uniform), -tf.math.log(-tf.math.log(uniform)))
-            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32)
+            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
 
+        self._policy = policy
         self._act = act
 
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
@@ -114,9 +116,11 @@ class Actor:
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
                                    window=window, dims=self._dims)
         step = env.reset()
+        state = self._policy.get_initial_state(count)
         greedy = tf.constant(greedy)
         while not step.is_last().all():
-            step = env.step(self._act({k: tf.constant(v) for k, v in step.observation.items()}, greedy).numpy())
+            action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
+            step = env.step(action.numpy())
         return [summary["placement"] for summary in env.pop_summaries()]
 
 
@@ -128,6 +132,49 @@ def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random",
     No search and no climbing: a policy that changes nothing returns its start.
     """
     return Actor(problem, network, seed).episodes(start, starts, greedy=True, seed=seed)
+
+
+class _Selection:
+    """Keeps the best policy alone seen in training: model selection on the training problems.
+
+    Every few updates the policy alone (greedy episodes from `starts` fixed random starts drawn
+    with a seed of their own, not the training starts) runs on up to `count` of the training
+    problems (evenly spread); its score is the geometric mean over them of the mean end step time
+    relative to the first evaluation's (the weights training began from). REINFORCE's greedy
+    policy moves between placements from one update to the next; the exported policy is the
+    best one evaluated, not the last.
+    """
+
+    def __init__(self, problems: Sequence[Problem], network: PlacetoNetwork, seed: int, starts: int,
+                 count: int):
+        indices = sorted({int(i) for i in np.linspace(0, len(problems) - 1, min(count, len(problems))).round()})
+        self._runs = [(problems[i].simulator(), Actor(problems[i], network, seed)) for i in indices]
+        self._network, self._seed, self._starts = network, 20_000 + seed, starts
+        self.reference: np.ndarray | None = None
+        self.score, self.episode, self.weights = np.inf, None, None
+
+    def offer(self, episode: int) -> bool:
+        """Evaluates the network as it is now; True (and its weights kept) when it is the best."""
+        times = np.array([np.mean([simulator.run(p)[0] for p in
+                                   actor.episodes("random", self._starts, greedy=True, seed=self._seed)])
+                          for simulator, actor in self._runs])
+        if self.reference is None:
+            self.reference = times
+        score = float(np.exp(np.mean(np.log(np.maximum(times, 1e-12) / np.maximum(self.reference, 1e-12)))))
+        if score >= self.score:
+            return False
+        self.score, self.episode = score, episode
+        self.weights = [v.numpy() for v in self._network.variables]
+        return True
+
+    def to_json(self) -> dict:
+        return {"reference": None if self.reference is None else self.reference.tolist(),
+                "score": self.score if np.isfinite(self.score) else None, "episode": self.episode}
+
+    def load(self, payload: dict) -> None:
+        self.reference = None if payload["reference"] is None else np.asarray(payload["reference"])
+        self.score = np.inf if payload["score"] is None else payload["score"]
+        self.episode = payload["episode"]
 
 
 # -- where batches come from ------------------------------------------------------------------------
@@ -176,6 +223,18 @@ class TrainResult:
     wall_s: float
     policy_dir: str | None = None
     labels: list[str] | None = None  # one per problem ("source@cluster"), when known
+    selected_episode: int | None = None  # the exported policy's episode (with `select_every`)
+    selected_weights: list[np.ndarray] | None = None  # its weights (network.variables order)
+
+    def exported_network(self) -> PlacetoNetwork:
+        """The policy the run exports: the selected weights (with `select_every`), else the last."""
+        if self.selected_weights is None:
+            return self.network
+        network = PlacetoNetwork(**self.network.config)
+        network.warm_up()
+        for variable, value in zip(network.variables, self.selected_weights):
+            variable.assign(value)
+        return network
 
     @property
     def best_step_time_s(self) -> dict[str, float]:
@@ -246,7 +305,7 @@ def _open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: 
 @gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
-          order: str = "topological", hidden: int = 32, rounds: int = 8,
+          order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
@@ -254,7 +313,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
-          updates_per_batch: int = 4, collector: Callable | None = None) -> TrainResult:
+          updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
+          select_problems: int = 6, collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -265,7 +325,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
       initial, order, oom_penalty, shared_start: see PlacementEnvironment (the paper's MDP:
         random starts; by default the lanes of a batch share theirs).
-      hidden, rounds: the network (ignored when `network` is given).
+      hidden, rounds, refresh_every: the network (ignored when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
@@ -279,6 +339,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         off-policy, fine for small steps).
       stop_after_s: also stop (between updates) after this many seconds of this call: for
         fine-tuning within a placement's time budget; training runs are budgeted in episodes.
+      select_every: every this many batches (and at the start and the end), evaluate the policy
+        alone on up to `select_problems` training problems from `select_starts` fixed random
+        starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
@@ -286,7 +349,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                oom_penalty=oom_penalty, shared_start=shared_start)
     packed = as_tensors(F.pack(env.statics, env.dims))
-    network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed)
+    network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every)
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
@@ -298,7 +361,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     history: list[dict] = []
     done, decisions, wall_before = 0, 0, 0.0
 
-    manager = writer = saver = None
+    manager = writer = state = saver = None
     if logdir:
         checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
         manager, state = _open_logdir(logdir, checkpoint, problems, network)
@@ -309,6 +372,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
         saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
+    selection = _Selection(problems, network, seed, select_starts, select_problems) if select_every else None
+    if selection is not None and state and state.get("selection"):
+        selection.load(state["selection"])
     settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
                 "shared_start": shared_start, "seed": seed, "network": network.config}
     source = (collector or Embedded)(env, policy, agent, settings)
@@ -318,25 +384,45 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             return
         wall = wall_before + time.perf_counter() - start
         path = manager.save(checkpoint_number=agent.train_step_counter)
-        save_policy(network, os.path.join(logdir, "policy"),
-                    notes={"episodes": done, "decisions": decisions, "problems": len(problems)}, saver=saver)
+        if selection is None:  # else the policy is exported when selected
+            save_policy(network, os.path.join(logdir, "policy"),
+                        notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
+                        saver=saver)
         _write_json(os.path.join(logdir, "state.json"), {
             "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
             "wall_s": wall, "fingerprints": _fingerprints(problems), "network": network.config,
-            "env": env.get_state(), "best": [_best_to_json(b) for b in best], "history": history})
+            "env": env.get_state(), "best": [_best_to_json(b) for b in best], "history": history,
+            "selection": None if selection is None else selection.to_json()})
         _write_json(os.path.join(logdir, "summary.json"), {
             "episodes": done, "decisions": decisions, "wall_s": wall,
             "learner_steps": int(agent.train_step_counter.numpy()),
             "episodes_per_actor": source.episodes_per_actor() or {"0": done},
             "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
+            "selected_episode": None if selection is None else selection.episode,
             "best_step_time_s": [b.step_time_s for b in best]})
+
+    def select() -> None:
+        """Evaluates the policy alone; exports it (and checkpoints) when it is the best so far."""
+        if not selection.offer(done):
+            return
+        if manager is not None:
+            save_policy(network, os.path.join(logdir, "policy"), notes={
+                "episodes": done, "decisions": decisions, "problems": len(problems),
+                "selected_episode": done, "selection_score": selection.score}, saver=saver)
+            save()
+        if writer is not None:
+            with writer.as_default(step=done):
+                tf.summary.scalar("select/score", selection.score)
+
+    if selection is not None and selection.reference is None:
+        select()  # the reference: the weights training begins from
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
-    updates_since_save = 0
+    updates_since_save = batches_since_select = 0
     while done < episodes:
         if stop_after_s is not None and time.perf_counter() - start >= stop_after_s:
             break
@@ -373,34 +459,47 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             bar.update(len(summaries))
             bar.set_postfix(end_ms=f"{np.mean([s['step_time_s'] for s in summaries]) * 1e3:.4g}",
                             entropy=f"{float(loss_info.extra.entropy):.2f}")
+        batches_since_select += 1
+        if selection is not None and batches_since_select >= select_every:
+            select()
+            batches_since_select = 0
         updates_since_save += 1
         if updates_since_save >= checkpoint_every:
             save()
             updates_since_save = 0
     if bar is not None:
         bar.close()
+    if selection is not None and batches_since_select:
+        select()
     if updates_since_save or (manager is not None and manager.latest_checkpoint is None):
         save()
     if writer is not None:
         writer.flush()
     return TrainResult(network, best, history, done, decisions, wall_before + time.perf_counter() - start,
-                       os.path.join(logdir, "policy") if logdir else None)
+                       os.path.join(logdir, "policy") if logdir else None,
+                       selected_episode=None if selection is None else selection.episode,
+                       selected_weights=None if selection is None else selection.weights)
 
 
 # -- sources ------------------------------------------------------------------------------------------
 def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], list[str]]:
     """(Problems, labels "source@cluster") of every source on every cluster: sources are anything
-    `import_graph` takes, or OpGraphs; clusters are presets or Clusters."""
+    `import_graph` takes, or OpGraphs; clusters are presets or Clusters. A source is imported once
+    per device type its calls would run on (a Keras LSTM is cuDNN's on GPUs, a loop on CPUs)."""
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
     from tfplaceto.graph import OpGraph, import_graph
+    from tfplaceto.graph.implementations import target_device_type
     from tfplaceto.problem import make_problem
 
     problems, labels = [], []
     for source in sources:
-        op_graph = source if isinstance(source, OpGraph) else import_graph(source)
-        label = source if isinstance(source, str) else repr(op_graph)
+        imported: dict[str, OpGraph] = {}
         for cluster in map(as_cluster, clusters):
+            kind = target_device_type(cluster)
+            if kind not in imported:
+                imported[kind] = source if isinstance(source, OpGraph) else import_graph(source, cluster=cluster)
+            op_graph = imported[kind]
             problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
-            labels.append(f"{label}@{cluster.name}")
+            labels.append(f"{source if isinstance(source, str) else repr(op_graph)}@{cluster.name}")
     return problems, labels

@@ -24,6 +24,11 @@ Semantics (the contract `tests/test_sim.py` checks against a plain-Python refere
   until its end, its last local consumer's end and its last outgoing transfer's end, whichever is
   latest (a Send reads the producer's buffer); a received copy (tensor_bytes) from the transfer's
   start until its last consumer on the destination ends. Frees at t happen before allocations at t.
+- Contention (off when `group_slow` is empty): devices with the same `group_of[d] >= 0` share
+  what computing needs. While k devices of group g are busy (a device is busy while it runs at
+  least one node), each of their nodes progresses at 1 / (1 + (k - 1) * group_slow[g]) solo
+  seconds per second; when k changes, every running node of the group keeps the work it has
+  done and its end is recomputed at the new rate (processor sharing). Transfers are not slowed.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ _NONE = -1
 def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                       tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                       ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                      bandwidth, latency):
+                      bandwidth, latency, group_of, group_slow):
     """Simulates one step; returns (node_start, node_end, transfer arrays, peak, ok).
 
     Transfer arrays are (tensor, src, dst, start, end) trimmed to the transfers made. `ok` is False
@@ -106,6 +111,16 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
     h_id = np.empty(capacity, np.int64)
     h_size = 0
 
+    # Contention: busy devices per group, and per running node the solo seconds of work left at
+    # `node_mark` and the rate it progresses at since then.
+    n_groups = group_slow.shape[0]
+    dev_running = np.zeros(n_devices, np.int64)
+    group_busy = np.zeros(n_groups + 1, np.int64)
+    rerate = np.zeros(n_groups + 1, np.bool_)
+    node_left = np.zeros(n_nodes)
+    node_mark = np.zeros(n_nodes)
+    node_rate = np.ones(n_nodes)
+
     memory = np.zeros(n_devices, np.int64)
     for n in range(n_nodes):
         memory[device_of[n]] += persistent_bytes[n]
@@ -164,6 +179,17 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                 if item < n_nodes:
                     d = device_of[item]
                     end = now + compute[item, d]
+                    g = group_of[d] if n_groups > 0 else _NONE
+                    if g != _NONE:
+                        if dev_running[d] == 0:
+                            group_busy[g] += 1
+                            rerate[g] = True
+                        dev_running[d] += 1
+                        rate = 1.0 / (1.0 + (group_busy[g] - 1) * group_slow[g])
+                        node_left[item] = compute[item, d]
+                        node_mark[item] = now
+                        node_rate[item] = rate
+                        end = now + compute[item, d] / rate
                     node_start[item] = now
                     node_end[item] = end
                     memory[d] += output_bytes[item]
@@ -194,6 +220,9 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                 h_time[i] = end
                 h_id[i] = item
         n_dirty = 0
+        if n_groups > 0:
+            _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes, h_time, h_id,
+                    h_size, node_left, node_mark, node_rate, node_end)
 
         if h_size == 0:
             break
@@ -230,6 +259,14 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
             if item < n_nodes:
                 n = item
                 d = device_of[n]
+                if n_groups > 0 and group_of[d] != _NONE:
+                    node_end[n] = now
+                    dev_running[d] -= 1
+                    if dev_running[d] == 0:
+                        group_busy[group_of[d]] -= 1
+                        rerate[group_of[d]] = True
+                        _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes,
+                                h_time, h_id, h_size, node_left, node_mark, node_rate, node_end)
                 for k in range(ctrl_ptr[n], ctrl_ptr[n + 1]):
                     c = ctrl_succ[k]
                     pending[c] -= 1
@@ -309,15 +346,67 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
 
 
 @numba.njit(cache=True)
+def _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes, h_time, h_id, h_size,
+            node_left, node_mark, node_rate, node_end):
+    """New end times for the running nodes of the groups flagged in `rerate`, then re-heapify.
+
+    A node keeps the work it did at its old rate; the rest takes left / new rate. Nodes due at
+    `now` are left as they are (they complete in this round). Only called with contention on.
+    """
+    changed = False
+    for i in range(h_size):
+        item = h_id[i]
+        if item >= n_nodes or h_time[i] <= now:
+            continue
+        g = group_of[device_of[item]]
+        if g < 0 or not rerate[g]:
+            continue
+        rate = 1.0 / (1.0 + (max(group_busy[g], 1) - 1) * group_slow[g])
+        if rate == node_rate[item]:
+            continue
+        left = node_left[item] - (now - node_mark[item]) * node_rate[item]
+        if left < 0.0:
+            left = 0.0
+        node_left[item] = left
+        node_mark[item] = now
+        node_rate[item] = rate
+        h_time[i] = now + left / rate
+        node_end[item] = h_time[i]
+        changed = True
+    rerate[:] = False
+    if not changed:
+        return
+    # Heapify (keys (time, item)); the heap holds at most one entry per stream and link.
+    for root in range(h_size // 2 - 1, -1, -1):
+        time = h_time[root]
+        ident = h_id[root]
+        i = root
+        while True:
+            child = 2 * i + 1
+            if child >= h_size:
+                break
+            if child + 1 < h_size and (h_time[child + 1] < h_time[child] or (
+                    h_time[child + 1] == h_time[child] and h_id[child + 1] < h_id[child])):
+                child += 1
+            if h_time[child] > time or (h_time[child] == time and h_id[child] > ident):
+                break
+            h_time[i] = h_time[child]
+            h_id[i] = h_id[child]
+            i = child
+        h_time[i] = time
+        h_id[i] = ident
+
+
+@numba.njit(cache=True)
 def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                   tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                   ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                  bandwidth, latency):
+                  bandwidth, latency, group_of, group_slow):
     """(step time, peak bytes per device, ok) without boxing the schedule arrays."""
     schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
                                  prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
                                  input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
-                                 persistent_bytes, streams, bandwidth, latency)
+                                 persistent_bytes, streams, bandwidth, latency, group_of, group_slow)
     node_end = schedule[1]
     step = 0.0
     for n in range(node_end.shape[0]):
@@ -330,7 +419,7 @@ def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trip
 def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                    tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                    ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                   bandwidth, latency):
+                   bandwidth, latency, group_of, group_slow):
     """simulate_step for each row of devices (B, N): (step times (B,), peaks (B, D), all ok)."""
     n_batch = devices.shape[0]
     steps = np.empty(n_batch)
@@ -341,7 +430,7 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips
                                        tensor_trips, prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
                                        tensor_cpos, cons_ptr, input_tensor, input_producer, ctrl_ptr,
                                        ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                                       bandwidth, latency)
+                                       bandwidth, latency, group_of, group_slow)
         steps[b] = step
         peaks[b] = peak
         all_ok = all_ok and ok

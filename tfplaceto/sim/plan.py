@@ -16,6 +16,8 @@ here, once, into flat contiguous arrays the compiled kernel (`tfplaceto.sim.kern
   ctrl_ptr / ctrl_succ         CSR: control successors of each node.
   indegree     (N,) int32      data plus control in-edges: a node is ready when all have arrived.
   streams, bandwidth, latency  per device / per directed link, from the Cluster.
+  group_of, group_slow         contention: each device's group (-1: none) and each group's
+                               slowdown per extra busy device (empty: contention off).
 
 Edges are stored by value in both orders (not as edge ids to look up) so the kernel's loops read
 consecutive memory instead of chasing indices. The arrays are private writable copies (numba
@@ -86,6 +88,8 @@ class SimGraph:
     bandwidth: np.ndarray
     latency: np.ndarray
     memory_bytes: np.ndarray
+    group_of: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+    group_slow: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float64))
 
     @property
     def num_nodes(self) -> int:
@@ -101,7 +105,7 @@ class SimGraph:
                 self.prod_tensors, self.tensor_ptr, self.tensor_cons, self.tensor_cpos,
                 self.cons_ptr, self.input_tensor, self.input_producer, self.ctrl_ptr,
                 self.ctrl_succ, self.indegree, self.output_bytes, self.persistent_bytes, self.streams,
-                self.bandwidth, self.latency)
+                self.bandwidth, self.latency, self.group_of, self.group_slow)
 
 
 def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) -> SimGraph:
@@ -134,6 +138,7 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
             and (cluster.bandwidth[off_diagonal] > 0).all() and not np.isnan(cluster.bandwidth).any()):
         raise errors.InvalidClusterError(
             f"cluster {cluster.name!r} has a link with a NaN, infinite or non-positive figure")
+    group_of, group_slow = cluster.contention_arrays()
     return SimGraph(
         compute=compute, tensor_producer=tensor_producer,
         tensor_bytes=_owned(op_graph.tensor_bytes, np.int64),
@@ -147,4 +152,5 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
         streams=streams,
         bandwidth=_owned(cluster.bandwidth, np.float64),
         latency=_owned(cluster.latency, np.float64),
-        memory_bytes=_owned(cluster.memory_bytes, np.int64))
+        memory_bytes=_owned(cluster.memory_bytes, np.int64),
+        group_of=_owned(group_of, np.int32), group_slow=_owned(group_slow, np.float64))
