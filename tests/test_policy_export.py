@@ -47,7 +47,7 @@ def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_
                                                             load_specs_from_pbtxt=True, batch_time_steps=False)
     env = PlacementEnvironment(problems, batch_size=2, seed=0)
     step = env.reset()
-    assert py_policy.action(step).action.shape == (2,)
+    assert py_policy.action(step, py_policy.get_initial_state(2)).action.shape == (2,)
 
 
 def test_gin_from_the_command_line_configures_training_and_is_saved(tmp_path, capsys):
