@@ -32,7 +32,10 @@ def main(argv=None) -> None:
                                            capture_output=True, text=True, check=True).stdout.strip()
     notes = {"trained_by": args.command, "commit": commit, "episodes": summary["episodes"],
              "decisions": summary["decisions"], "wall_s": round(summary["wall_s"], 1),
-             "learner_steps": summary["learner_steps"]}
+             "learner_steps": summary["learner_steps"],
+             # The exported policy is the best policy alone evaluated during the run (train.gin's
+             # select_every), taken at this episode.
+             "selected_episode": summary.get("selected_episode")}
     save_policy(load_policy(os.path.join(args.logdir, "policy")), PRETRAINED_DIR, notes=notes)
     print(json.dumps(notes, indent=1))
 
