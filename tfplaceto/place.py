@@ -41,14 +41,11 @@ def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
     return profile(op_graph, cluster, source=costs)
 
 
-def _check_method(method: str) -> None:
+def check_method(method: str) -> None:
+    """InvalidMethodError unless `method` is one of METHODS or "auto" (bench and the Keras
+    callback check before importing anything)."""
     if method not in METHODS and method != "auto":
         raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
-    if method != "auto" and method not in POLICY_METHODS and method not in baselines.available():
-        raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
-
-
-check_method = _check_method  # public: bench checks its methods before importing any graph
 
 
 def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None,
@@ -75,7 +72,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     placement drawn with `seed`), "single" or "baseline".
     """
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
-    _check_method(method)
+    check_method(method)
     if method not in POLICY_METHODS and (policy is not None or start is not None):
         raise errors.InvalidMethodError(f"policy= and start= apply to {' and '.join(POLICY_METHODS)}, "
                                         f"not to {method!r}")
@@ -83,7 +80,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     if method == "auto":
-        results = _evaluate(problem, _compared(), seed, _op_simulator(op_graph, cluster, costs))
+        results = _evaluate(problem, list(COMPARED_BASELINES), seed, _op_simulator(op_graph, cluster, costs))
         method = _best(results)
         device_of = results[method][2]
     else:
@@ -95,11 +92,6 @@ def _notes(problem: Problem) -> str:
     if problem.grouping is None:
         return f"placed op by op ({problem.num_nodes} ops)"
     return f"placed on {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops} ops"
-
-
-def _compared() -> list[str]:
-    """The fast baselines optimize compares against that this installation has."""
-    return [m for m in COMPARED_BASELINES if m in baselines.available()]
 
 
 def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
@@ -191,12 +183,12 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
-    _check_method(method)
+    check_method(method)
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size,
                                                                               loop_iterations, cluster)
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
-    compared = _compared()
+    compared = list(COMPARED_BASELINES)
     simulator = _op_simulator(op_graph, cluster, costs)
     shapes = count_unknown_shapes(op_graph, simulator.compute_s)
     warn_if_unknown(shapes)

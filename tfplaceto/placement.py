@@ -1,8 +1,8 @@
 """`Placement`: the device of every op, and its conversions.
 
 A Placement maps op (or group) names to full device names. Internally placers work with an int
-array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`);
-`expand` turns a placement of groups into a placement of the ops in them. On disk it is the
+array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`).
+On disk it is the
 `tfplaceto.Placement` proto (protos/placement.proto), written atomically (`outputs.atomic_write`,
 also importable from here).
 """
@@ -90,14 +90,6 @@ class Placement(Mapping[str, str]):
 
 def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
     return placement if isinstance(placement, Placement) else Placement(placement)
-
-
-def expand(group_placement: Placement, op_graph: OpGraph, op_to_group: np.ndarray,
-           group_names: tuple[str, ...]) -> Placement:
-    """The op placement implied by a placement of groups (op i goes where its group goes)."""
-    devices = [group_placement[g] for g in group_names]
-    return Placement({op: devices[g] for op, g in zip(op_graph.names, op_to_group)},
-                     group_placement.method, group_placement.notes)
 
 
 def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):

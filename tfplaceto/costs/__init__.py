@@ -23,7 +23,7 @@ from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs import analytical, fused_rnn, measured
 from tfplaceto.costs.analytical import analytical_profile
-from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.costs.measured import measured_profile
 from tfplaceto.graph.op_graph import OpGraph
 
@@ -66,7 +66,7 @@ def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike
             "(tp.import_graph)")
     warn_if_other_implementation(op_graph, cluster)
     if isinstance(source, str) and source in SOURCES:
-        analytical._graph_def_of(op_graph)  # a grouped graph fails here, before any cache lookup
+        profiled_graph_def(op_graph)  # a grouped graph fails here, before any cache lookup
         path = _cache_path(op_graph, cluster, source, cache_dir) if use_cache else None
         cached = _read_cache(path, op_graph, cluster) if path else None
         if cached is not None:

@@ -37,8 +37,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, session_config
-from tfplaceto.costs.analytical import _graph_def_of
-from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
 from tfplaceto.graph.sources import initialize_all_variables
 
@@ -64,7 +63,7 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
         a CPU-only machine), bad runs/warmup, or the graph fails to run.
     """
     cluster = as_cluster(cluster)
-    _graph_def_of(op_graph)  # a grouped graph fails here
+    profiled_graph_def(op_graph)  # a grouped graph fails here
     if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
         raise errors.CostProfileError(
             f"need runs >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
@@ -116,7 +115,7 @@ def traced_steps(op_graph: OpGraph, device: str, config, runs: int, warmup: int)
     """
     import tensorflow as tf
 
-    graph_def = _graph_def_of(op_graph)
+    graph_def = profiled_graph_def(op_graph)
     graph = _import_on_device(op_graph, graph_def, device)
     fetches = [graph.get_operation_by_name(name) for name in op_graph.fetches]
     rng = np.random.default_rng(0)

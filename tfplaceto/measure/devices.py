@@ -97,13 +97,13 @@ class DeviceTimes:
 
 def host_groups(target) -> list[tuple[str, ...]]:
     """Devices of the target that share a host, as groups of two or more (see the docstring)."""
-    from tfplaceto.measure.tf_cluster import _GrpcTarget
+    from tfplaceto.measure.tf_cluster import GrpcTarget
 
     hosts: dict[str, list[str]] = {}
     for device in target.devices:
         task = device.split("/device:")[0]
         host = task
-        if isinstance(target, _GrpcTarget):
+        if isinstance(target, GrpcTarget):
             host = _task_host(target.cluster_spec, task) or task
         hosts.setdefault(host, []).append(device)
     return [tuple(devices) for devices in hosts.values() if len(devices) >= 2]

@@ -1,6 +1,6 @@
 """`SimResult`: what one simulated step produced, and its views (Chrome trace, Gantt chart).
 
-The scalar fields are the public contract (API.md): step_time_s, peak_memory_bytes, oom, busy_s,
+The scalar fields are the public contract (`tp.SimResult`): step_time_s, peak_memory_bytes, oom, busy_s,
 transfer_bytes. The schedule arrays (node start/end/device, transfers) are kept for traces, for
 policy features (simulated start times) and for tests. Rendering lives in `trace.py`/`gantt.py`.
 """

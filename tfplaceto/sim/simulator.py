@@ -3,7 +3,7 @@
 - `Simulator(op_graph, cluster, compute_s)`: precomputes the `SimGraph` once; `.run(device_of)`
   calls the compiled kernel only (the RL loop and placers use this), `.run_batch(devices)` many
   placements in one call, `.result(device_of)` the full `SimResult`.
-- `simulate(op_graph, placement, cluster, costs=None)`: the one-shot convenience (API.md).
+- `simulate(op_graph, placement, cluster, costs=None)`: the one-shot convenience (public: `tp.simulate`).
 - `resolve_costs`, `device_indices`: turn what users pass (CostProfile or array; Placement, dict
   or index array) into the kernel's arrays, raising tfplaceto's typed errors on bad input.
 - `default_costs(op_graph, cluster)`: the hook used when no costs are given.
