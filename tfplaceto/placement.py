@@ -3,8 +3,7 @@
 A Placement maps op (or group) names to full device names. Internally placers work with an int
 array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`).
 On disk it is the
-`tfplaceto.Placement` proto (protos/placement.proto), written atomically (`outputs.atomic_write`,
-also importable from here).
+`tfplaceto.Placement` proto (protos/placement.proto), written and read by `tfplaceto.outputs`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.outputs import atomic_write
+from tfplaceto.outputs import atomic_write, read_proto
 from tfplaceto.protos import placement_pb2
 
 
@@ -90,16 +89,3 @@ class Placement(Mapping[str, str]):
 
 def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
     return placement if isinstance(placement, Placement) else Placement(placement)
-
-
-def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):
-    """Parses a binary proto file; an unreadable or malformed file raises error_type, one line."""
-    proto = proto_type()
-    try:
-        with open(path, "rb") as f:
-            proto.ParseFromString(f.read())
-    except OSError as e:
-        raise error_type(f"cannot read {path}: {e.strerror}") from None
-    except Exception:  # protobuf's DecodeError
-        raise error_type(f"{path} is not a tfplaceto {proto_type.DESCRIPTOR.name} proto") from None
-    return proto

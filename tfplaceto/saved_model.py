@@ -314,18 +314,11 @@ def _record_variable_devices(meta_graph, wrapper, device_of: Mapping[str, str], 
 # -- writing the directory --------------------------------------------------------------------------
 
 def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) -> None:
-    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it.
-
-    An existing dst_dir (empty, or replaced with overwrite=True) is moved aside to another
-    temporary first and deleted after the rename. Temporaries are named as tfplaceto's
-    (`outputs.make_temp_dir`), so a SIGKILLed run's are removed by the next write beside them.
-    """
+    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it
+    (`outputs.atomic_directory`: an existing dst_dir is replaced only once the copy is whole)."""
     from google.protobuf import text_format
 
-    parent = os.path.dirname(dst_dir)
-    tmp = outputs.make_temp_dir(parent)
-    old = None
-    try:
+    with outputs.atomic_directory(dst_dir) as tmp:
         _copy_tree(src_dir, tmp, skip={proto_file, _FINGERPRINT_FILE})
         if proto_file.endswith(".pbtxt"):
             data = text_format.MessageToString(saved_model).encode()
@@ -336,30 +329,6 @@ def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) 
         if os.path.exists(os.path.join(src_dir, _FINGERPRINT_FILE)):
             _write_fingerprint(tmp)
         _set_default_mode(tmp)
-        if os.path.isdir(dst_dir):
-            old = outputs.make_temp_dir(parent)  # rename cannot replace a directory portably
-            os.rename(dst_dir, os.path.join(old, "replaced"))
-        os.rename(tmp, dst_dir)
-    except OSError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _restore(old, dst_dir)
-        raise errors.OutputPathError(f"cannot write {dst_dir!r}: {error.strerror or error}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _restore(old, dst_dir)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _restore(old: str | None, dst_dir: str) -> None:
-    """Puts a dst_dir moved aside back (the rename of the new one did not happen)."""
-    if old is None:
-        return
-    replaced = os.path.join(old, "replaced")
-    if os.path.isdir(replaced) and not os.path.lexists(dst_dir):
-        os.rename(replaced, dst_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _copy_tree(src: str, dst: str, skip: set[str]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.placement import atomic_write, read_proto
+from tfplaceto.outputs import atomic_write, read_proto
 from tfplaceto.protos import cost_profile_pb2
 
 

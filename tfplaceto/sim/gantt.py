@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tfplaceto.placement import atomic_write
+from tfplaceto.outputs import atomic_write
 from tfplaceto.sim.trace import short_device
 
 if TYPE_CHECKING:  # only for annotations: result.py imports this module
