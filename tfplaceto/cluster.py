@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import checks, errors
+from tfplaceto import checks, errors, outputs
 from tfplaceto.graph.op_graph import DEVICE_TYPES
 from tfplaceto.protos import cluster_pb2
 
@@ -309,8 +309,6 @@ class Cluster:
     def save(self, path: str | os.PathLike) -> None:
         """Writes the cluster as a text proto (binary for a ".pb" path), atomically."""
         from google.protobuf import text_format
-
-        from tfplaceto import outputs
 
         proto = self.to_proto()
         data = (proto.SerializeToString(deterministic=True) if str(path).endswith(".pb")

@@ -19,11 +19,15 @@ import numpy as np
 from tfplaceto import baselines, checks, errors
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
+from tfplaceto.costs import profile
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.costs.unknown_shapes import UnknownShapes, count_unknown_shapes, warn_if_unknown
+from tfplaceto.graph import import_graph
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem
+from tfplaceto.rewrite import apply_placement
+from tfplaceto.sim import Simulator, lower_bound, simulate
 
 METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
            "local_search", "placeto", "placeto_policy")
@@ -31,8 +35,6 @@ POLICY_METHODS = ("placeto", "placeto_policy")
 
 
 def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
-    from tfplaceto.costs import profile
-
     if isinstance(costs, CostProfile):
         costs.check(op_graph)
         return costs
@@ -51,13 +53,12 @@ def check_method(method: str) -> None:
 def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None,
                   policy=None, start: str | None = None) -> np.ndarray:
     """Node-level device indices for a Problem (no expansion to ops)."""
-    if method == "placeto":
+    if method in POLICY_METHODS:
+        # Imported here: the policy stack (Sonnet, graph_nets, TF-Agents) loads only when it is used.
         from tfplaceto import placeto
-
+    if method == "placeto":
         return placeto.place(problem, seed=seed, budget_s=budget_s, policy=policy)
     if method == "placeto_policy":
-        from tfplaceto import placeto
-
         return placeto.policy_placement(problem, policy=policy, start=start or "random", seed=seed)
     return baselines.run(method, problem, seed=seed, budget_s=budget_s)
 
@@ -96,8 +97,6 @@ def _notes(problem: Problem) -> str:
 
 def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
     """The simulator that scores candidates: op level, so reported figures match `simulate`."""
-    from tfplaceto.sim import Simulator
-
     return Simulator(op_graph, cluster, costs.per_device(op_graph, cluster))
 
 
@@ -150,8 +149,6 @@ class OptimizeResult:
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
-        from tfplaceto.sim import simulate
-
         return simulate(self.op_graph, self.placement, self.cluster, self.costs)
 
     def summary(self) -> dict:
@@ -175,10 +172,6 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     Ops whose costs are guesses (shapes unknown because a graph input has none) are counted in
     `OptimizeResult.unknown_shapes`, with an UnknownShapesWarning when there are any.
     """
-    from tfplaceto.graph import import_graph
-    from tfplaceto.rewrite import apply_placement
-    from tfplaceto.sim import lower_bound
-
     began = time.perf_counter()
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     checks.check_batch_size(batch_size)

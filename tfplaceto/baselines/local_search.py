@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from tfplaceto import errors
+from tfplaceto import baselines, errors
 from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
@@ -40,8 +40,6 @@ MIN_GAIN = 1e-9
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
-    from tfplaceto import baselines
-
     began = time.perf_counter()
     deadline = began + (DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
     inst = common.prepare(problem)

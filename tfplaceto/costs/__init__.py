@@ -25,6 +25,7 @@ from tfplaceto.costs import analytical, fused_rnn, measured
 from tfplaceto.costs.analytical import analytical_profile
 from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.costs.measured import measured_profile
+from tfplaceto.graph.implementations import target_device_type
 from tfplaceto.graph.op_graph import OpGraph
 
 SOURCES = ("analytical", "measured")
@@ -108,8 +109,6 @@ def load_profile(path: str | os.PathLike, op_graph: OpGraph, cluster: Cluster | 
 def warn_if_other_implementation(op_graph: OpGraph, cluster: Cluster) -> None:
     """ImplementationWarning when op_graph keeps another implementation of a Keras LSTM/GRU than
     TensorFlow runs on the cluster's device type (`tfplaceto.graph.implementations`)."""
-    from tfplaceto.graph.implementations import target_device_type
-
     target = target_device_type(cluster)
     other = [c for c in op_graph.implementations if (c.device_type or "CPU") != target]
     if not other:

@@ -38,6 +38,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, session_config
 from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
+from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
 from tfplaceto.graph.sources import initialize_all_variables
 
@@ -182,8 +183,6 @@ def _session_config(cluster: Cluster):
 def _import_on_device(op_graph: OpGraph, graph_def, device: str):
     """A tf.Graph of graph_def with every node on `device` (host CPU where it has no kernel)."""
     import tensorflow as tf
-
-    from tfplaceto.graph.from_graph_def import colocated_kernels
 
     placed = tf.compat.v1.GraphDef()
     placed.CopyFrom(graph_def)

@@ -54,6 +54,8 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     Raises:
       InvalidGraphError: the source cannot be read, has unknown sizes, a cycle or a bad fetch.
     """
+    # Imported here: sources and builtin load TensorFlow, and `tfplaceto.graph` (OpGraph, grouping)
+    # serves the simulator and the baselines without it.
     from tfplaceto.graph import sources
 
     if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
@@ -62,6 +64,10 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
         source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
     check_batch_size(batch_size)
+    if cluster is not None:
+        from tfplaceto.cluster import as_cluster  # here: cluster.py imports graph.op_graph
+
+        cluster = as_cluster(cluster)
     device_type = None if cluster is None else implementations.target_device_type(cluster)
     loaded = sources.load_source(source, fetches=fetches, device_type=device_type)
     op_graph = op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,

@@ -62,11 +62,9 @@ class ImplementationChoice:
         return dataclasses.asdict(self)
 
 
-def target_device_type(cluster: object) -> str:
-    """"GPU" if the cluster has a GPU (TensorFlow's placer prefers it for these calls), else "CPU"."""
-    from tfplaceto.cluster import as_cluster
-
-    return "GPU" if any(d.type == "GPU" for d in as_cluster(cluster).devices) else "CPU"
+def target_device_type(cluster) -> str:
+    """"GPU" if the Cluster has a GPU (TensorFlow's placer prefers it for these calls), else "CPU"."""
+    return "GPU" if any(d.type == "GPU" for d in cluster.devices) else "CPU"
 
 
 def _swappable(graph_def) -> dict[str, object]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.graph.sources import initialize_all_variables
+from tfplaceto.graph.sources import initialize_all_variables, initialize_variables
 
 _INPUT_SUFFIX = "/tfplaceto_input"
 _VARIABLE_TYPES = ("VarHandleOp", "VariableV2")
@@ -68,8 +68,6 @@ def run_graph(graph_def, fetches: Sequence[str], config=None, variable_values: M
               trace: bool = False) -> RunResult:
     """Runs graph_def's fetches; see the module docstring. `config` is a ConfigProto."""
     import tensorflow as tf
-
-    from tfplaceto.graph.sources import initialize_variables
 
     graph = tf.Graph()
     with graph.as_default():

@@ -5,10 +5,10 @@
 - `network.py`: the Sonnet/graph_nets network: encoders, message passing along and against the DAG,
   ancestor / descendant / parallel pooling, a per-device scorer; one set of weights for any device
   count.
-- `placer.py`: `place(problem, seed, budget_s)`, the `method="placeto"` entry point: the shipped
-  policy (`pretrained/`), hill climbing from the best baseline, a greedy policy episode, optional
-  fine-tuning, then iterated local search perturbing by sampled policy episodes and random moves.
-Training (environment, agent, loop) lives in `tfplaceto.rl`.
+- `checkpoint.py`: saving and loading a policy directory; `resolve_policy` turns `policy=`
+  ("shipped": `pretrained/`, "untrained", a directory) into a network.
+Training (environment, agent, loop) lives in `tfplaceto.rl`; the methods that use the policy
+(`placeto`, `placeto_policy`) in `tfplaceto/placeto.py`.
 """
 
 import contextlib as _contextlib

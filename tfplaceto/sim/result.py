@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from tfplaceto.sim import gantt, trace
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SimResult:
@@ -71,14 +73,10 @@ class SimResult:
 
     def save_chrome_trace(self, path: str | os.PathLike) -> None:
         """Writes Chrome trace event JSON (chrome://tracing, Perfetto): a track per device and link."""
-        from tfplaceto.sim import trace
-
         trace.save_chrome_trace(self, path)
 
     def plot_gantt(self, path: str | os.PathLike, color_by: str = "group") -> None:
         """Writes a PNG Gantt chart: devices and used links as rows; color_by "group" or "node"."""
-        from tfplaceto.sim import gantt
-
         gantt.plot_gantt(self, path, color_by=color_by)
 
     def __repr__(self) -> str:
