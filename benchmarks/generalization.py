@@ -52,7 +52,7 @@ def row(family: str, member: int, cluster: str, policy, starts: int, seed: int, 
                                                  random_actions(problem, starts, 10_000 + seed)]))}
     if per_graph_episodes:
         trained = train(problem, episodes=per_graph_episodes, seed=seed, progress=False)
-        result["per_graph_s"] = alone(trained.network)
+        result["per_graph_s"] = alone(trained.exported_network())
         result["per_graph_wall_s"] = trained.wall_s
     return result
 

@@ -98,13 +98,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
                    callback=on_episode, **config)
     reached = next((p for p in curve if p["step_time_s"] <= TARGET * best), None)
     last = curve[-1]["step_time_s"]
-    exported = network  # the policy training exports: the last weights, or the selected ones
-    if result.selected_weights is not None:
-        exported = PlacetoNetwork(**network.config)
-        exported.warm_up()
-        for variable, value in zip(exported.variables, result.selected_weights):
-            variable.assign(value)
-    exported_actor = Actor(problem, exported, seed)
+    exported_actor = Actor(problem, result.exported_network(), seed)
     final = policy_alone(exported_actor)
     return {
         "graph": name, "cluster": cluster, "nodes": problem.num_nodes, "episodes": result.episodes,

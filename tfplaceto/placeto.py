@@ -72,7 +72,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
     tuning_s = deadline - search.BUDGET_S - time.perf_counter()
     if budget_s and tuning_s > 1.0:
         train(problem, episodes=10**9, seed=seed, network=network, progress=False,
-              stop_after_s=tuning_s)
+              stop_after_s=tuning_s, select_every=None)
     baseline = search.best_baseline(problem, seed)
     actor = Actor(problem, network, seed)
     starts = [baseline.placement]

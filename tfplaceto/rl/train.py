@@ -187,6 +187,16 @@ class TrainResult:
     selected_episode: int | None = None  # the exported policy's episode (with `select_every`)
     selected_weights: list[np.ndarray] | None = None  # its weights (network.variables order)
 
+    def exported_network(self) -> PlacetoNetwork:
+        """The policy the run exports: the selected weights (with `select_every`), else the last."""
+        if self.selected_weights is None:
+            return self.network
+        network = PlacetoNetwork(**self.network.config)
+        network.warm_up()
+        for variable, value in zip(network.variables, self.selected_weights):
+            variable.assign(value)
+        return network
+
     @property
     def best_step_time_s(self) -> dict[str, float]:
         """The best step time simulated during training, per problem (label -> seconds)."""
@@ -256,7 +266,7 @@ def _open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: 
 @gin.configurable(denylist=["problems", "logdir", "network", "callback"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
-          order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 1,
+          order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
@@ -264,7 +274,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
-          updates_per_batch: int = 4, select_every: int | None = None, select_starts: int = 4,
+          updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
