@@ -1,7 +1,8 @@
 """Training throughput: decisions/s and episodes/s of this engine against a reference commit's.
 
 Both engines train on the same problem (default: cifar10-cells/0 on 4xV100) from fresh weights
-for the same number of episodes, one after the other in this run, each in its own process: the
+for the same number of episodes, at the same time in this run (so that they share the machine's
+load alike; each has one of the 2 cores on a quiet machine), each in its own process: the
 reference engine runs from a git worktree of `--reference` (default: the commit before the
 lockstep engine), with that commit's own defaults (4 episodes per update, simulator lookahead);
 this engine with the shipped policy's configuration (`tfplaceto/policy/train.gin`: 16 lockstep
@@ -10,7 +11,7 @@ is one action (one node placed). Timed from the end of each engine's first updat
 compiled functions are traced by then) to the end of its last, from its own training history.
 Last line: `throughput: new D/s vs reference R/s decisions = X.XXx`.
 
-    python benchmarks/train_throughput.py --episodes 96
+    python benchmarks/train_throughput.py --episodes 48 --new-episodes 320
 """
 
 from __future__ import annotations
@@ -52,20 +53,27 @@ print(json.dumps({"episodes": timed, "decisions": timed * steps, "wall_s": wall}
 """
 
 
-def measure(checkout: str, graph: str, cluster: str, episodes: int) -> dict:
+def start(checkout: str, graph: str, cluster: str, episodes: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": checkout, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, "-c", _PROBE, graph, cluster, str(episodes)],
-                         env=env, cwd=checkout, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"the engine in {checkout} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", _PROBE, graph, cluster, str(episodes)], env=env,
+                            cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result(process: subprocess.Popen, checkout: str) -> dict:
+    stdout, stderr = process.communicate()
+    if process.returncode != 0:
+        raise SystemExit(f"the engine in {checkout} failed:\n{stderr[-3000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="cifar10-cells/0")
     parser.add_argument("--cluster", default="4xV100")
-    parser.add_argument("--episodes", type=int, default=96, help="episodes per engine (the first update's are not timed)")
+    parser.add_argument("--episodes", type=int, default=48,
+                        help="the reference engine's episodes (the first update's are not timed)")
+    parser.add_argument("--new-episodes", type=int, default=320,
+                        help="this engine's episodes: more, so that both run for about the same time")
     parser.add_argument("--reference", default=REFERENCE, help="git commit of the reference engine")
     args = parser.parse_args(argv)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,12 +81,17 @@ def main(argv=None) -> None:
         checkout = os.path.join(tmp, "reference")
         subprocess.run(["git", "-C", here, "worktree", "add", "--detach", checkout, args.reference],
                        check=True, capture_output=True)
+        processes = []
         try:
-            reference = measure(checkout, args.graph, args.cluster, args.episodes)
+            # Both engines at the same time, so that they share the machine's load alike.
+            processes = [start(checkout, args.graph, args.cluster, args.episodes),
+                         start(here, args.graph, args.cluster, args.new_episodes)]
+            reference, new = result(processes[0], checkout), result(processes[1], here)
         finally:
+            for process in processes:
+                process.kill()
             subprocess.run(["git", "-C", here, "worktree", "remove", "--force", checkout], check=False,
                            capture_output=True)
-    new = measure(here, args.graph, args.cluster, args.episodes)
     print(f"{'engine':<28} {'episodes':>8} {'decisions':>10} {'wall s':>8} {'episodes/s':>10} {'decisions/s':>12}")
     for label, row in ((f"reference ({args.reference})", reference), ("lockstep (this tree)", new)):
         print(f"{label:<28} {row['episodes']:>8} {row['decisions']:>10} {row['wall_s']:>8.1f} "

@@ -150,7 +150,7 @@ def test_bad_clusters_raise_invalid_cluster_error():
     tpk.ensure_devices("local:4")  # initializes TensorFlow with the four logical CPUs
     with pytest.raises(tp.errors.InvalidClusterError, match="unknown cluster preset"):
         tpk.PlacementCallback("8xQ100")
-    with pytest.raises(tp.errors.InvalidClusterError, match="not visible"):
+    with pytest.raises(tp.errors.InvalidClusterError, match=r"call tfplaceto.keras.ensure_devices\('local:64'\) first"):
         tpk.PlacementCallback("local:64")
     if not tf.config.list_physical_devices("GPU"):
         with pytest.raises(tp.errors.InvalidClusterError, match="does not have the devices"):

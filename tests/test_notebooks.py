@@ -2,7 +2,8 @@
 
 Each runs in a fresh kernel (nbclient) with the repository as working directory and on the
 path, so the kernel imports this checkout. 01 and 02 take well under a minute and stay in the
-fast set; 03 trains the policy (over a minute) and is marked slow.
+fast set; 03 trains the policy (over a minute) and is marked slow. No output may carry a
+TqdmWarning, and the notebooks are committed with their outputs (tools/execute_notebooks.py).
 """
 
 import os
@@ -31,7 +32,20 @@ def _run(name, timeout_s, monkeypatch):
     client = nbclient.NotebookClient(notebook, timeout=timeout_s, kernel_name="python3",
                                      resources={"metadata": {"path": NOTEBOOKS}})
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    text = "".join(o.get("text", "") for o in _outputs(notebook, "stream"))
+    assert "TqdmWarning" not in text and "IProgress not found" not in text, text
     return notebook
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb")))
+def test_notebooks_are_committed_with_their_outputs(name):
+    """A reader on GitHub sees what each cell printed and drew (tools/execute_notebooks.py)."""
+    import json
+
+    with open(os.path.join(NOTEBOOKS, name), encoding="utf-8") as file:
+        cells = [c for c in json.load(file)["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("execution_count") for c in cells), f"{name}: run tools/execute_notebooks.py {name}"
+    assert sum(len(c.get("outputs", [])) for c in cells) >= len(cells) // 2
 
 
 def _outputs(notebook, output_type):

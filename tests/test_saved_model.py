@@ -124,7 +124,7 @@ def _function_devices(meta_graph, name_part):
 def test_keras_round_trip(keras_dir, tmp_path):
     before = _fingerprint(keras_dir)
     dst = str(tmp_path / "placed")
-    result = tsm.rewrite(keras_dir, dst, CLUSTER, method="round_robin")
+    result = tsm.rewrite(keras_dir, dst, CLUSTER, method="round_robin", batch_size=32)
     assert _fingerprint(keras_dir) == before, "the source SavedModel is never modified"
     assert isinstance(result, tp.OptimizeResult) and set(result.placement.values()) <= DEVICES
     assert len(result.placement.devices) == 2, result.summary()
@@ -148,7 +148,7 @@ def test_keras_round_trip(keras_dir, tmp_path):
 def test_module_with_two_signatures(module_dir, tmp_path):
     before = _fingerprint(module_dir)
     dst = str(tmp_path / "placed")
-    result = tsm.rewrite(module_dir, dst, CLUSTER, method="round_robin")
+    result = tsm.rewrite(module_dir, dst, CLUSTER, method="round_robin", batch_size=32)
     assert _fingerprint(module_dir) == before
     _assert_same_outputs(module_dir, dst)
     assert any(name.startswith("StatefulPartitionedCall/") for name in result.placement), "inlined names"
@@ -185,7 +185,7 @@ def test_only_the_chosen_signature_is_placed(module_dir, tmp_path):
 
 def test_placing_for_gpus_this_machine_lacks_still_loads_and_computes_the_same(module_dir, tmp_path):
     dst = str(tmp_path / "placed")
-    result = tsm.rewrite(module_dir, dst, "4xV100", method="round_robin")
+    result = tsm.rewrite(module_dir, dst, "4xV100", method="round_robin", batch_size=32)
     assert all("GPU" in d or "CPU:0" in d for d in result.placement.values())
     _assert_same_outputs(module_dir, dst)  # soft placement runs GPU ops on the CPU here
 
@@ -239,7 +239,7 @@ def test_bad_input_raises_a_typed_error_and_writes_nothing(case, module_dir, tmp
 def test_an_empty_existing_destination_is_filled(module_dir, tmp_path):
     dst = tmp_path / "empty"
     dst.mkdir()
-    tsm.rewrite(module_dir, str(dst), CLUSTER, method="single")
+    tsm.rewrite(module_dir, str(dst), CLUSTER, method="single", batch_size=32)
     assert (dst / "saved_model.pb").exists()
 
 
@@ -249,13 +249,14 @@ def test_a_failure_while_writing_leaves_no_partial_destination(module_dir, tmp_p
 
     monkeypatch.setattr(tsm, "_write_fingerprint", broken)
     with pytest.raises(OSError):
-        tsm.rewrite(module_dir, str(tmp_path / "out"), CLUSTER, method="single")
+        tsm.rewrite(module_dir, str(tmp_path / "out"), CLUSTER, method="single", batch_size=32)
     assert os.listdir(tmp_path) == []
 
 
 def test_cli_rewrite_saved_model(module_dir, tmp_path, capsys):
     dst = str(tmp_path / "placed")
-    assert cli.main(["rewrite-saved-model", module_dir, dst, "--cluster", CLUSTER, "--method", "round_robin"]) == 0
+    assert cli.main(["rewrite-saved-model", module_dir, dst, "--cluster", CLUSTER, "--method", "round_robin",
+                     "--batch-size", "32"]) == 0
     assert "chosen" in capsys.readouterr().out
     _assert_same_outputs(module_dir, dst)
 

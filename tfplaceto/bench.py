@@ -76,10 +76,15 @@ def check_arguments(graphs: Sequence[str], clusters: Sequence[str], methods: Seq
 
 def run_bench(graphs: Sequence[str] = DEFAULT_GRAPHS, clusters: Sequence[str] = DEFAULT_CLUSTERS,
               methods: Sequence[str] = DEFAULT_METHODS, seed: int = 0, budget_s: float | None = None,
-              log=print) -> list[BenchRow]:
-    """Places and simulates every combination; `log` gets one progress line per step."""
+              log=print, batch_size: int | None = None, fetches: Sequence[str] | None = None) -> list[BenchRow]:
+    """Places and simulates every combination; `log` gets one progress line per step.
+
+    batch_size, fetches: passed to `import_graph` for every graph (a graph file with an unknown
+    batch dimension needs batch_size; built-in graphs have their own batch when it is None).
+    """
     check_arguments(graphs, clusters, methods)
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
+    checks.check_batch_size(batch_size)
     rows = []
     for graph_name in graphs:
         source = _source(graph_name)
@@ -89,7 +94,7 @@ def run_bench(graphs: Sequence[str] = DEFAULT_GRAPHS, clusters: Sequence[str] = 
             device_type = target_device_type(cluster)
             if device_type not in imported:
                 start = time.perf_counter()
-                imported[device_type] = import_graph(source, cluster=cluster)
+                imported[device_type] = import_graph(source, fetches, batch_size, cluster=cluster)
                 log(f"{graph_name}: {imported[device_type].num_ops} ops imported for {device_type} "
                     f"clusters in {time.perf_counter() - start:.1f} s")
             op_graph = imported[device_type]
@@ -127,7 +132,10 @@ def format_table(rows: list[BenchRow]) -> str:
     methods = list(dict.fromkeys(r.method for r in rows))
     keys = list(dict.fromkeys((r.graph, r.cluster) for r in rows))
     width = max(10, *(len(m) + 1 for m in methods))
-    lines = [f"{'graph':<14}{'cluster':<8}{'bound':>{width}}" + "".join(f"{m:>{width}}" for m in methods),
+    graph_width = max([14, *(len(label(g)) + 2 for g, _ in keys)])
+    cluster_width = max([8, *(len(c) + 2 for _, c in keys)])
+    lines = [f"{'graph':<{graph_width}}{'cluster':<{cluster_width}}{'bound':>{width}}"
+             + "".join(f"{m:>{width}}" for m in methods),
              "(simulated step time in ms; * best; OOM marked !; - could not place)"]
     for graph, cluster in keys:
         group = [r for r in rows if (r.graph, r.cluster) == (graph, cluster)]
@@ -140,9 +148,23 @@ def format_table(rows: list[BenchRow]) -> str:
                 continue
             mark = "*" if row is best else ("!" if row.oom else "")
             cells.append(f"{row.step_time_s * 1e3:>{width - 1}.4g}{mark or ' '}")
-        label = os.path.splitext(os.path.basename(graph))[0]
-        lines.append(f"{label:<14}{cluster:<8}{group[0].lower_bound_s * 1e3:>{width}.4g}" + "".join(cells))
+        lines.append(f"{label(graph):<{graph_width}}{cluster:<{cluster_width}}"
+                     f"{group[0].lower_bound_s * 1e3:>{width}.4g}" + "".join(cells))
     return "\n".join(lines)
+
+
+def label(graph: str) -> str:
+    """A row's name: a built-in as given ("cifar10-cells/1", "builtin:" dropped), a file by its
+    name without directory and extension ("models/cnn.pb" -> "cnn")."""
+    if graph.startswith("builtin:"):
+        return graph[len("builtin:"):]
+    stem, extension = os.path.splitext(os.path.basename(os.path.normpath(graph)))
+    if os.path.exists(graph) or os.path.isabs(graph) or extension in _FILE_EXTENSIONS:
+        return stem or graph
+    return graph
+
+
+_FILE_EXTENSIONS = (".pb", ".pbtxt", ".keras", ".h5", ".hdf5")
 
 
 def save_json(rows: list[BenchRow], path: str) -> None:
@@ -170,7 +192,7 @@ def plot(rows: list[BenchRow], path: str) -> None:
             ratios.append(row.ratio if row is not None and row.ratio is not None else np.nan)
         ax.bar(np.arange(len(keys)) + k * width, ratios, width, label=method)
     ax.set_xticks(np.arange(len(keys)) + 0.4 - width / 2)
-    ax.set_xticklabels([f"{g}\n{c}" for g, c in keys], fontsize=8)
+    ax.set_xticklabels([f"{label(g)}\n{c}" for g, c in keys], fontsize=8)
     ax.set_ylabel("simulated step time / lower bound (lower is better)")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.legend(fontsize=8, ncol=min(5, len(methods)))

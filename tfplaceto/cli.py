@@ -2,8 +2,10 @@
 
   tfplaceto place SOURCE --cluster C [--method M] [--budget-s S] --out OUT.pb
                   [--report R.json] [--gantt G.png] [--trace T.json] [--batch-size N] [--fetch F]
+                  [--explain]
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
   tfplaceto bench [--graphs ..] [--clusters ..] [--methods ..] --out results.json [--plot P.png]
+                  [--batch-size N] [--fetch F]
   tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N]
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
   tfplaceto models
@@ -13,7 +15,10 @@ Bad input prints one line on stderr and exits with status 2, with no traceback a
 written at the output paths: every output is checked before the work (writable, not an input,
 not existing unless --overwrite) and written atomically after all of it (`outputs.OutputSet`);
 Ctrl-C prints "interrupted" and exits with 130, also with nothing written. TensorFlow is imported
-only by the commands that need it, after its C++ log level is set, so an error is one line.
+only by the commands that need it, after its C++ log level is set, so an error is one line, and
+`--help`, `--version` and usage errors answer without it. The long commands print one status
+line per stage on stderr (`tfplaceto.progress`) when stderr is a terminal (TFPLACETO_PROGRESS=1
+or 0 forces it on or off).
 """
 
 from __future__ import annotations
@@ -42,30 +47,64 @@ def _one_line_warnings() -> None:
     warnings.showwarning = show
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that shows every option's default (when it has one worth showing)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        trivial = default is None or default is False or default == [] or default == argparse.SUPPRESS
+        if not trivial and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit status 2)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, f"tfplaceto: error: {message} (see tfplaceto --help)\n")
 
 
+_SOURCE_HELP = ("GraphDef or MetaGraphDef .pb/.pbtxt, SavedModel directory, Keras .keras/.h5 file, "
+                "or builtin:NAME (see tfplaceto models)")
+_BATCH_HELP = "size of unknown batch dimensions (required when an input has one; built-in graphs have their own)"
+
+
+def _version() -> str:
+    from tfplaceto import __version__
+
+    return f"tfplaceto {__version__}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfplaceto", description="Learned device placement for TensorFlow graphs.")
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     place = commands.add_parser("place", help="place a graph and write the placed GraphDef")
-    place.add_argument("source", help="GraphDef .pb/.pbtxt, SavedModel directory, or builtin:NAME")
+    place.add_argument("source", help=_SOURCE_HELP)
     place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    place.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
-    place.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
+    place.add_argument("--method", default="placeto",
+                       help="placement method (placeto: the best of a search and the baselines; a method "
+                            "named is used as is), or auto (best baseline)")
+    place.add_argument("--budget-s", type=float, default=None,
+                       help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
     place.add_argument("--out", required=True, help="where to write the placed GraphDef (.pb or .pbtxt)")
     place.add_argument("--report", help="JSON report of the figures")
     place.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
     place.add_argument("--trace", help="Chrome trace JSON of the simulated step")
     place.add_argument("--placement-out", help="write the Placement proto here too")
-    place.add_argument("--batch-size", type=int, default=None)
-    place.add_argument("--fetch", action="append", default=None, help="fetch op (repeatable)")
-    place.add_argument("--seed", type=int, default=0)
+    place.add_argument("--explain", action="store_true",
+                       help="print a per-layer table: device, compute, bytes across devices, peak memory")
+    place.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
+    place.add_argument("--fetch", action="append", default=None,
+                       help="op the step computes (repeatable; default: the graph's train_op or outputs)")
+    place.add_argument("--seed", type=int, default=0, help="seed of the random choices")
     place.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
     place.add_argument("--costs", default=None,
                        help="analytical, measured, or a saved CostProfile (default: measured on local, "
@@ -75,21 +114,30 @@ def _parser() -> argparse.ArgumentParser:
                        help="iterations of while loops whose count is not static (the report lists every loop's)")
 
     simulate = commands.add_parser("simulate", help="simulate a placed graph")
-    simulate.add_argument("source")
-    simulate.add_argument("--cluster", required=True)
-    simulate.add_argument("--placement", required=True, help="a Placement proto written by `place`")
-    simulate.add_argument("--gantt")
-    simulate.add_argument("--trace")
-    simulate.add_argument("--batch-size", type=int, default=None)
-    simulate.add_argument("--fetch", action="append", default=None)
+    simulate.add_argument("source", help=_SOURCE_HELP)
+    simulate.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
+    simulate.add_argument("--placement", required=True,
+                          help="the placed GraphDef `place --out` wrote, or the Placement proto of "
+                               "`place --placement-out`")
+    simulate.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
+    simulate.add_argument("--trace", help="Chrome trace JSON of the simulated step")
+    simulate.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
+    simulate.add_argument("--fetch", action="append", default=None,
+                          help="op the step computes (repeatable; default: the graph's train_op or outputs)")
     simulate.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
 
     bench = commands.add_parser("bench", help="place and simulate built-in graphs with every method")
-    bench.add_argument("--graphs", nargs="+", default=None, help="built-in names or graph files")
-    bench.add_argument("--clusters", nargs="+", default=None)
-    bench.add_argument("--methods", nargs="+", default=None)
+    bench.add_argument("--graphs", nargs="+", default=None,
+                       help="built-in names (inception_v3, cifar10-cells/1, ...) or graph files "
+                            "(default: inception_v3 nmt_4l nmt_2l_loop nasnet)")
+    bench.add_argument("--clusters", nargs="+", default=None, help="presets (default: 2xK80 4xK80 4xV100 8xV100)")
+    bench.add_argument("--methods", nargs="+", default=None,
+                       help="methods (default: single round_robin expert metis m_topo m_etf m_sct heft local_search)")
     bench.add_argument("--budget-s", type=float, default=None, help="budget of local_search / fine-tuning")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
+    bench.add_argument("--fetch", action="append", default=None,
+                       help="op the step computes, for graph files (repeatable)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the random choices")
     bench.add_argument("--out", required=True, help="results JSON")
     bench.add_argument("--plot", help="bar chart PNG")
     bench.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
@@ -102,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
     train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
     train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="seed of the run")
     train.add_argument("--gin", action="append", default=[], help="gin file configuring train() (repeatable)")
     train.add_argument("--gin-param", action="append", default=[], help="gin binding, e.g. train.lanes=64")
 
@@ -113,13 +161,17 @@ def _parser() -> argparse.ArgumentParser:
     rewrite.add_argument("src", help="SavedModel directory (never modified)")
     rewrite.add_argument("dst", help="directory for the placed SavedModel (must not exist, or be empty)")
     rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    rewrite.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
-    rewrite.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
+    rewrite.add_argument("--method", default="placeto",
+                         help="placement method (placeto: the best of a search and the baselines; a method "
+                              "named is used as is), or auto (best baseline)")
+    rewrite.add_argument("--budget-s", type=float, default=None,
+                         help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
     rewrite.add_argument("--signature", action="append", default=None,
                          help="signature key to place (repeatable); default: all")
     rewrite.add_argument("--batch-size", type=int, default=None,
-                         help="size of unknown batch dimensions (default 32)")
-    rewrite.add_argument("--seed", type=int, default=0)
+                         help="size of unknown batch dimensions of the signatures' inputs (required when "
+                              "an input has one)")
+    rewrite.add_argument("--seed", type=int, default=0, help="seed of the random choices")
     rewrite.add_argument("--overwrite", action="store_true", help="replace a DST that is not empty")
     calibrate = commands.add_parser(
         "calibrate", help="measure a machine or TF cluster once; write a cluster file for --cluster")
@@ -192,7 +244,10 @@ def _cmd_place(args) -> int:
         if args.placement_out:
             result.placement.save(outputs.stage(args.placement_out))
         atomic_write(outputs.stage(args.out), _graph_bytes(args.out, result.graph_def))
+        explained = result.explain() if args.explain else None
     print(table)
+    if explained:
+        print(explained)
     return 0
 
 
@@ -230,10 +285,12 @@ def _cmd_simulate(args) -> int:
             sim.save_chrome_trace(outputs.stage(args.trace))
         if args.gantt:
             sim.plot_gantt(outputs.stage(args.gantt))
-    print(f"step time {sim.step_time_s * 1e3:.3f} ms, {sim.transfer_bytes / 1e6:.1f} MB moved, "
+    print(f"step time {sim.step_time_s * 1e3:.3f} ms, {errors.format_bytes(sim.transfer_bytes)} moved, "
           f"{'OOM' if sim.oom else 'fits'}")
-    for device, peak in sim.peak_memory_bytes.items():
-        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)}")
+    for device, limit in zip(sim.device_names, sim.memory_limit_bytes):
+        peak = sim.peak_memory_bytes[device]
+        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)} "
+              f"of {errors.format_bytes(limit)}{' OUT OF MEMORY' if peak > limit else ''}")
     return 0
 
 
@@ -250,7 +307,8 @@ def _cmd_bench(args) -> int:
     bench.check_arguments(graphs, clusters, methods)  # before importing any graph
     with outputs:
         rows = bench.run_bench(graphs, clusters, methods, seed=args.seed, budget_s=args.budget_s,
-                               log=lambda line: print(line, file=sys.stderr))
+                               log=lambda line: print(line, file=sys.stderr), batch_size=args.batch_size,
+                               fetches=args.fetch)
         table = bench.format_table(rows)
         bench.save_json(rows, outputs.stage(args.out))
         if args.plot:
@@ -315,9 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     _one_line_warnings()
     handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench, "train": _cmd_train,
                 "rewrite-saved-model": _cmd_rewrite_saved_model, "calibrate": _cmd_calibrate}
+    from tfplaceto import progress
+
     try:
         _check_command_args(args)
-        return handlers[args.command](args)
+        with progress.reporting(progress.wanted()):
+            return handlers[args.command](args)
     except errors.TfplacetoError as e:
         print(f"tfplaceto: error: {errors.first_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT

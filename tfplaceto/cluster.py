@@ -45,7 +45,17 @@ _DEVICE_NAME = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """A device ops can be placed on. `name` is a full TensorFlow device name."""
+    """A device ops can be placed on.
+
+    name: a full TensorFlow device name ("/job:localhost/replica:0/task:0/device:GPU:0").
+    type: "GPU" or "CPU". memory_bytes: memory in bytes (an int; 16 GiB = 16 * 2**30).
+    model: the cost-profile column ("V100"; devices of one model share measured costs).
+    peak_gflops: FP32 peak in GFLOP/s (15700 for a V100); memory_bandwidth_gbs: memory bandwidth
+    in GB/s (10**9 bytes/s). The analytical cost model (what presets use) needs the device's
+    throughput: peak_gflops, or num_cores (SMs / cores) and frequency_mhz (MHz); without them
+    `tp.profile` raises CostProfileError (measured costs need neither). streams: ops the device
+    runs at once. architecture: the CUDA compute capability ("7.0") for grappler.
+    """
 
     name: str
     type: str
@@ -91,7 +101,10 @@ class ContentionGroup:
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """A directed link: a transfer of b bytes takes latency_s + b / bandwidth_bytes_per_s."""
+    """A directed link from device src to device dst (full names): a transfer of b bytes takes
+    latency_s + b / bandwidth_bytes_per_s seconds. Units: bytes per second (PCIe 3.0 x16 is about
+    12e9, NVLink 2.0 about 25e9 per link) and seconds (10e-6 for 10 µs); positional order
+    Link(src, dst, bandwidth_bytes_per_s, latency_s)."""
 
     src: str
     dst: str

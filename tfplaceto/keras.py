@@ -12,7 +12,9 @@ Map of the file:
 
 How the placement is enforced. `fit` runs `model.train_function`, a tf.function whose body calls
 `model.train_step(data)`. At on_train_begin the callback places the same step, traced the same
-way (`tp.optimize(model)`), wraps the model's `train_step` in a graph device function
+way (`tp.optimize(model)`) for the batch size fit feeds (the callback's `batch_size`, else the
+model input's static one, else read from the first batch: then the placing happens inside the
+first step), wraps the model's `train_step` in a graph device function
 (`tf.compat.v1.get_default_graph().device(fn)`) and forces Keras to make a new train function, so
 every op the step creates while it is traced (forward, loss, gradients, optimizer update) gets
 `Operation.device` from the placement: the device of the op of the same name, else the device
@@ -44,9 +46,6 @@ from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
 from tfplaceto.place import OptimizeResult, check_method
 
-# Keras' default fit batch size: what the step is placed for when neither the model's input nor
-# the callback says otherwise.
-DEFAULT_BATCH_SIZE = 32
 _VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
 
 
@@ -70,15 +69,15 @@ def ensure_devices(cluster: Cluster | str) -> Cluster:
     missing = [name for name in names if name not in visible]
     if missing:
         have = ", ".join(sorted(name.rsplit("/", 1)[-1] for name in visible))
-        hint = (f"TensorFlow was initialized before the logical CPU devices of {cluster.name!r} "
-                f"could be made; call tfplaceto.keras.ensure_devices({cluster.name!r}) (or create "
-                "the PlacementCallback) before building the model"
-                if all("device:CPU:" in name for name in missing) else
-                f"this machine does not have the devices of {cluster.name!r}; train on 'local' or "
-                "'local:N', or use tp.optimize to plan a placement for that cluster")
+        if local_cpus and all("device:CPU:" in name and name.startswith("/job:localhost/") for name in missing):
+            raise errors.InvalidClusterError(
+                f"call tfplaceto.keras.ensure_devices({cluster.name!r}) first, before building the model: "
+                f"cluster {cluster.name!r} needs {max(local_cpus) + 1} logical CPU devices, which TensorFlow can "
+                f"only create before it initializes, and this process already has (it sees {have})")
         raise errors.InvalidClusterError(
             f"device {missing[0]} of cluster {cluster.name!r} is not visible to TensorFlow in this "
-            f"process (it sees {have}); {hint}")
+            f"process (it sees {have}); this machine does not have the devices of {cluster.name!r}; "
+            "train on 'local' or 'local:N', or use tp.optimize to plan a placement for that cluster")
     return cluster
 
 
@@ -99,19 +98,23 @@ class PlacementCallback(tf.keras.callbacks.Callback):
     Args:
       cluster: a Cluster or a name ("local:2", "local"); its devices must exist in this process
         (see ensure_devices).
-      method: a placement method (tp.METHODS) or "auto"; "placeto" is the best baseline until
-        the policy is installed (see tp.optimize).
+      method: a placement method (tp.METHODS) or "auto"; "placeto" (the default: the policy's
+        search, never worse than the best baseline) and "auto" take the best placement found,
+        another method named is honoured (see tp.optimize).
       budget_s: search / fine-tuning budget passed to tp.optimize.
       log_dir: if given, TensorBoard scalars under "placement/": the predicted (simulated) step
         time, the lower bound and the baselines at step 0, the measured step time of every batch.
       batch_size: the batch the step is placed for; default: the model input's static batch
-        dimension, else 32 (Keras' fit default). A callback cannot see fit's batch size.
+        dimension, else the batch `fit` feeds: the callback then places on the first batch (its
+        shape read from the data), and that first step also traces the placed function.
       seed: passed to tp.optimize.
       costs: passed to tp.optimize (default: measured for local clusters).
       verbose: 0 silences the console lines (placement chosen; measured step time at the end).
 
     Attributes:
-      result: the OptimizeResult (None before training starts).
+      result: the OptimizeResult (None until the step is placed: training begins, or its first
+        batch when the batch size comes from the data).
+      placed_batch_size: the batch size the step was placed for.
       step_times_s: wall time of every training batch of the last fit (the first includes tracing).
       measured_step_time_s: their median, without the first batch.
       assigned_devices: op name -> device, for every op of the traced step the callback placed
@@ -129,8 +132,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         super().__init__()
         checks.check_batch_size(batch_size)
         budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
-        if method != "placeto":  # placeto falls back to the best baseline when not installed
-            check_method(method)
+        check_method(method)
         if log_dir is not None:
             _check_log_dir(log_dir)
         self.cluster = ensure_devices(cluster)
@@ -142,6 +144,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         self.costs = costs
         self.verbose = verbose
         self.result: OptimizeResult | None = None
+        self.placed_batch_size: int | None = None
         self.step_times_s: list[float] = []
         self.train_function = None
         self._chooser: _DeviceChooser | None = None
@@ -159,7 +162,50 @@ class PlacementCallback(tf.keras.callbacks.Callback):
             self._restore = None
         ensure_devices(self.cluster)
         self._check_model(model)
-        batch_size = self.batch_size or _static_batch_size(model) or DEFAULT_BATCH_SIZE
+        self.step_times_s = []
+        batch_size = self.batch_size or _static_batch_size(model)
+        if batch_size is None:
+            self._place_on_first_batch(model)
+        else:
+            self._place(model, batch_size)
+
+    def _place_on_first_batch(self, model) -> None:
+        """fit calls `model.train_function(iterator)` for every step, reading the attribute each
+        time: until the first call, it is a function that takes that step's batches from the
+        iterator, places the step for the batch size they have, and runs them with the placed
+        train function (which replaces it for the rest of fit)."""
+        unplaced = model.train_function
+
+        def first_call(iterator):
+            if model.train_function is not first_call:  # a fit that ended before its first batch
+                return unplaced(iterator)
+            spe = getattr(model, "_steps_per_execution", None)
+            count = max(1, int(spe.numpy())) if spe is not None else 1
+            batches = [next(iterator)]  # OutOfRange / StopIteration: fit ends the epoch as usual
+            for _ in range(count - 1):
+                try:
+                    batches.append(next(iterator))
+                except (StopIteration, tf.errors.OutOfRangeError):
+                    break
+            batch_size = _batch_size_of(batches[0])
+            if batch_size is None:
+                raise errors.InvalidGraphError(
+                    "PlacementCallback cannot read the batch size from fit's data; pass "
+                    "PlacementCallback(..., batch_size=N)")
+            self._place(model, batch_size)
+            data = tf.data.Dataset.from_tensors(batches[0])
+            for batch in batches[1:]:
+                data = data.concatenate(tf.data.Dataset.from_tensors(batch))
+            return self.train_function(iter(data))
+
+        def restore() -> None:  # fit ended before its first batch: nothing was placed
+            if model.train_function is first_call:
+                model.train_function = None
+
+        model.train_function = first_call
+        self._restore = restore
+
+    def _place(self, model, batch_size: int) -> None:
         # Another fit of the same compiled model reuses the placement (same step, same graph).
         key = (id(model), id(model.optimizer), id(getattr(model, "compiled_loss", None)), batch_size)
         if self.result is None or key != self._placed_for:
@@ -168,6 +214,7 @@ class PlacementCallback(tf.keras.callbacks.Callback):
             self.result = optimize(model, cluster=self.cluster, method=self.method, costs=self.costs,
                                    budget_s=self.budget_s, seed=self.seed, batch_size=batch_size)
             self._placed_for = key
+        self.placed_batch_size = batch_size
         self._chooser = _DeviceChooser(self.result.placement)
         self._warn_about_variables(model)
 
@@ -197,7 +244,6 @@ class PlacementCallback(tf.keras.callbacks.Callback):
         self.train_function = model.make_train_function(force=True)
         spe = getattr(model, "_steps_per_execution", None)
         self._steps_per_batch = max(1, int(spe.numpy())) if spe is not None else 1
-        self.step_times_s = []
         self._log_placement(batch_size)
 
     def _check_model(self, model) -> None:
@@ -332,6 +378,15 @@ def _check_log_dir(log_dir) -> None:
     outputs.check_writable_directory(os.path.abspath(log_dir), f"log_dir {os.fspath(log_dir)!r}")
 
 
+def _batch_size_of(batch) -> int | None:
+    """The leading dimension of the first tensor of a batch (x, (x, y), dicts ...)."""
+    for tensor in tf.nest.flatten(batch):
+        shape = getattr(tensor, "shape", None)
+        if shape is not None and shape.rank and shape[0] is not None:
+            return int(shape[0])
+    return None
+
+
 def _static_batch_size(model) -> int | None:
     for tensor in getattr(model, "inputs", None) or []:
         shape = getattr(tensor, "shape", None)
@@ -340,4 +395,4 @@ def _static_batch_size(model) -> int | None:
     return None
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PlacementCallback", "ensure_devices"]
+__all__ = ["PlacementCallback", "ensure_devices"]

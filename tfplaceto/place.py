@@ -4,8 +4,10 @@
   returns an op-level Placement.
 - `optimize(source, ...)` is the one-call flow: import, profile (measured on the local machine,
   analytical for presets), place with the chosen method, compare against the fast baselines, keep
-  the best, and write the devices back into the graph. It never returns a placement worse than
-  the best baseline it evaluated.
+  the best, and write the devices back into the graph. With the default method (`placeto`, a
+  search that starts from the best baseline) or `auto`, the result is never worse than the best
+  baseline it evaluated; a method named explicitly is honoured: its placement is returned, with
+  the baselines' figures beside it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import baselines, checks, errors
+from tfplaceto import baselines, checks, errors, progress
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs import profile
@@ -32,6 +34,8 @@ from tfplaceto.sim import Simulator, lower_bound, simulate
 METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
            "local_search", "placeto", "placeto_policy")
 POLICY_METHODS = ("placeto", "placeto_policy")
+# Methods optimize answers with the best placement it evaluated; any other method named is honoured.
+BEST_OF_METHODS = ("placeto", "auto")
 
 
 def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
@@ -95,6 +99,14 @@ def _notes(problem: Problem) -> str:
     return f"placed on {problem.num_nodes} groups of {problem.grouping.op_graph.num_ops} ops"
 
 
+def _describe(source) -> str:
+    """A few words naming a source for the progress line."""
+    if isinstance(source, str | bytes) or hasattr(source, "__fspath__"):
+        return str(source)
+    name = getattr(source, "name", None)
+    return f"{type(source).__name__} {name!r}" if isinstance(name, str) else type(source).__name__
+
+
 def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
     """The simulator that scores candidates: op level, so reported figures match `simulate`."""
     return Simulator(op_graph, cluster, costs.per_device(op_graph, cluster))
@@ -152,13 +164,44 @@ class OptimizeResult:
         return simulate(self.op_graph, self.placement, self.cluster, self.costs)
 
     def summary(self) -> dict:
-        return {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
-                "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
-                "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
-                "loops": self.op_graph.loop_report() if self.op_graph is not None else [],
-                "implementations": self.op_graph.implementation_report() if self.op_graph is not None else [],
-                "devices": sorted(set(self.placement.values())),
-                "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
+        """The figures as a JSON-able dict (`tfplaceto place --report`): with `memory`, per device
+        of the cluster, the simulated peak and the limit in bytes and in GiB, and the busy time."""
+        summary = {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
+                   "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
+                   "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
+                   "loops": self.op_graph.loop_report() if self.op_graph is not None else [],
+                   "implementations": self.op_graph.implementation_report() if self.op_graph is not None else [],
+                   "devices": sorted(set(self.placement.values())),
+                   "unknown_shapes": self.unknown_shapes.as_dict() if self.unknown_shapes else None}
+        if self.op_graph is not None and self.cluster is not None:
+            sim = self.simulate()
+            summary["memory"] = {
+                device: {"peak_bytes": sim.peak_memory_bytes[device], "limit_bytes": limit,
+                         "peak_gib": round(sim.peak_memory_bytes[device] / 2**30, 4),
+                         "limit_gib": round(limit / 2**30, 4), "busy_s": sim.busy_s[device]}
+                for device, limit in zip(sim.device_names, sim.memory_limit_bytes)}
+        return summary
+
+    def _layers(self):
+        from tfplaceto import explain
+
+        if self.op_graph is None or self.cluster is None:
+            raise errors.TfplacetoError("this result has no graph or cluster to explain")
+        return explain.layer_table(self.op_graph, self.placement, self.cluster, self.costs)
+
+    def explain(self) -> str:
+        """A per-layer (name-scope) table of the placement: layer, device, ops, compute ms, bytes
+        in and out across devices; then the simulated peak memory per device (GiB)."""
+        from tfplaceto import explain
+
+        return explain.format_table(self._layers())
+
+    def device_scopes(self) -> dict[str, str]:
+        """Layer name scope (as in `explain()`) -> the device running most of its compute, for
+        `with tf.device(scopes[name]):` around that layer in your own model code."""
+        from tfplaceto import explain
+
+        return explain.device_scopes(self._layers())
 
 
 def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Cluster | str = "local",
@@ -171,27 +214,38 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     returned as a copy (the input is not modified); other sources return their imported graph.
     Ops whose costs are guesses (shapes unknown because a graph input has none) are counted in
     `OptimizeResult.unknown_shapes`, with an UnknownShapesWarning when there are any.
+
+    `method`: the default "placeto" (a search from the best baseline) and "auto" (the best
+    baseline) return the best placement evaluated; any other method named explicitly returns
+    that method's placement, with the baselines' figures in `baselines` for comparison.
     """
     began = time.perf_counter()
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
     check_method(method)
+    if not isinstance(graph_def, OpGraph):
+        progress.stage(f"importing {_describe(graph_def)}")
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size,
                                                                               loop_iterations, cluster)
+    progress.stage(f"profiling {op_graph.num_ops} ops for {cluster.name}")
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     compared = list(COMPARED_BASELINES)
     simulator = _op_simulator(op_graph, cluster, costs)
     shapes = count_unknown_shapes(op_graph, simulator.compute_s)
     warn_if_unknown(shapes)
+    progress.stage(f"baselines: {', '.join(compared)} on {problem.num_nodes} groups")
     results = _evaluate(problem, compared, seed, simulator)
     # A best step of 0 s (no op has a cost: a constant, ops too small to cost) cannot be improved,
-    # and a search scored relative to it would divide by it.
+    # and a policy scored relative to it would divide by it.
     settled = bool(results) and results[_best(results)][:2] == (False, 0.0)
-    if method not in results and method != "auto" and not settled:
+    if method not in results and method != "auto" and not (settled and method in POLICY_METHODS):
+        budgeted = budget_s is not None and method in (*POLICY_METHODS, "local_search")
+        budget = f" (budget {budget_s:g} s)" if budgeted else ""
+        progress.stage(f"method {method}{budget}")
         results.update(_evaluate(problem, [method], seed, simulator, budget_s, policy, start))
-    chosen = _best(results)
+    chosen = method if method in results and method not in BEST_OF_METHODS else _best(results)
     oom, step_time, device_of = results[chosen]
     placement = Placement.from_indices(op_graph, cluster, problem.expand(device_of), chosen, _notes(problem))
     import tensorflow as tf

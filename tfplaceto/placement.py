@@ -2,8 +2,8 @@
 
 A Placement maps op (or group) names to full device names. Internally placers work with an int
 array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`).
-On disk it is the
-`tfplaceto.Placement` proto (protos/placement.proto), written and read by `tfplaceto.outputs`.
+On disk it is the `tfplaceto.Placement` proto (protos/placement.proto), written and read through
+`tfplaceto.outputs`; `load` also takes a placed GraphDef (`from_graph_def`: its nodes' devices).
 """
 
 from __future__ import annotations
@@ -83,9 +83,50 @@ class Placement(Mapping[str, str]):
         atomic_write(path, self.to_proto().SerializeToString(deterministic=True))
 
     @classmethod
+    def from_graph_def(cls, graph_def, method: str = "", notes: str = "") -> Placement:
+        """The devices a GraphDef's nodes carry (a placed graph: `optimize(...).graph_def`)."""
+        return cls({node.name: node.device for node in graph_def.node if node.device}, method, notes)
+
+    @classmethod
     def load(cls, path: str | os.PathLike) -> Placement:
-        return cls.from_proto(read_proto(path, placement_pb2.Placement, errors.InvalidGraphError))
+        """A Placement proto (`save`, `tfplaceto place --placement-out`) or a placed GraphDef
+        (`tfplaceto place --out`, binary or .pbtxt): the devices its nodes carry."""
+        graph_def = _placed_graph_def(path)
+        if graph_def is not None:
+            return cls.from_graph_def(graph_def, notes=f"devices of the GraphDef {os.fspath(path)}")
+        proto = read_proto(path, placement_pb2.Placement, errors.InvalidGraphError)
+        # An unplaced GraphDef parses as an empty Placement, or as op -> op type.
+        if not proto.op_device or any(not device.startswith("/") for device in proto.op_device.values()):
+            raise errors.InvalidGraphError(
+                f"{os.fspath(path)} is neither a tfplaceto Placement proto (written by `tfplaceto place "
+                "--placement-out` or Placement.save) nor a GraphDef whose ops carry devices (written by "
+                "`tfplaceto place --out`)")
+        return cls.from_proto(proto)
 
 
 def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
     return placement if isinstance(placement, Placement) else Placement(placement)
+
+
+def _placed_graph_def(path: str | os.PathLike):
+    """The GraphDef in path if it is one whose nodes carry devices, else None. (A Placement proto
+    parses as a GraphDef too, protobuf being lenient, but its "nodes" never have a device.)"""
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None  # read_proto reports it
+    graph_def = graph_pb2.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception:  # protobuf's DecodeError: maybe text
+        try:
+            graph_def = text_format.Parse(data.decode("utf-8"), graph_pb2.GraphDef())
+        except Exception:
+            return None
+    if graph_def.node and any(node.device for node in graph_def.node) and all(node.op for node in graph_def.node):
+        return graph_def
+    return None

@@ -80,7 +80,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         starts += actor.episodes(start, 1, greedy=True, seed=seed)
     perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
-    from tqdm.auto import tqdm
+    from tfplaceto.progress import tqdm
 
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
     with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,

@@ -45,9 +45,6 @@ from tfplaceto.graph import check_batch_size
 from tfplaceto.place import METHODS, OptimizeResult
 from tfplaceto.rewrite import called_function
 
-# Unknown batch dimensions of signature inputs are sized like a Keras fit batch; pass batch_size
-# to place for the batch the model will serve.
-DEFAULT_BATCH_SIZE = 32
 _PROTO_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _FINGERPRINT_FILE = "fingerprint.pb"
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
@@ -65,12 +62,14 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
         with overwrite=True, any directory: it is replaced). It is built in a temporary directory
         beside it and renamed into place, so it appears complete or not at all.
       cluster: a Cluster or a name ("4xV100", "local:2").
-      method: a placement method (tp.METHODS) or "auto"; "placeto" falls back to the best
-        baseline when the policy is not installed (see tp.optimize).
+      method: a placement method (tp.METHODS) or "auto"; "placeto" (the default: the policy's
+        search) and "auto" take the best placement found, another method named is honoured
+        (see tp.optimize).
       signature_keys: the signatures to place (default: all, "serving_default" first). Each is
         optimized on its own; a function shared by several keeps the first one's devices.
       budget_s, seed: passed to tp.optimize.
-      batch_size: fills unknown batch dimensions of the signature inputs (default 32).
+      batch_size: fills unknown batch dimensions of the signature inputs; required when an
+        input of a placed signature has one (InvalidGraphError otherwise, as everywhere).
       overwrite: replace a non-empty dst_dir instead of refusing.
 
     Returns the OptimizeResult of the first signature placed.
@@ -103,11 +102,13 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
     results: dict[str, OptimizeResult] = {}
     for key in keys:
         graph = sources.load_source(loaded, signature_key=key)
-        unknown_batch = any(shape is not None and shape and shape[0] is None
-                            for _, shape, _ in graph.feeds)
-        size = batch_size or (DEFAULT_BATCH_SIZE if unknown_batch else None)
+        unknown = [name for name, shape, _ in graph.feeds if shape is not None and shape and shape[0] is None]
+        if unknown and batch_size is None:
+            raise errors.InvalidGraphError(
+                f"input {unknown[0]!r} of signature {key!r} has an unknown batch dimension; pass "
+                "batch_size=N (--batch-size N on the command line) for the batch the model will serve")
         results[key] = optimize(graph, cluster=cluster, method=method, budget_s=budget_s, seed=seed,
-                                batch_size=size)
+                                batch_size=batch_size)
     _place_meta_graph(meta_graph, results)
     _write_atomically(src_dir, dst_dir, proto_file, saved_model)
     return results[keys[0]]
@@ -365,4 +366,4 @@ def _set_default_mode(path: str) -> None:
 
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "rewrite"]
+__all__ = ["rewrite"]

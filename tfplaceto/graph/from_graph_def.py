@@ -133,7 +133,8 @@ def _fill_batch_dims(graph_def, batch_size: int | None):
             if batch_size is None:
                 raise errors.InvalidGraphError(
                     f"placeholder {node.name!r} has shape {_shape_str(dims)} with an unknown batch "
-                    "dimension; pass batch_size=N so tensor sizes can be computed")
+                    "dimension; pass batch_size=N (--batch-size N on the command line) so tensor sizes "
+                    "can be computed")
             shape.dim[0].size = int(batch_size)
         if any(d.size < 0 for d in shape.dim):
             raise errors.InvalidGraphError(

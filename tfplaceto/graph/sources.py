@@ -172,7 +172,7 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
     raise errors.InvalidGraphError(
         f"cannot import a graph from a {type(source).__module__}.{type(source).__qualname__}; "
         "pass a GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, tf.function with an "
-        "input_signature, tf.keras.Model, a SavedModel directory, a .pb/.pbtxt path or "
+        "input_signature, tf.keras.Model, a SavedModel directory, a .pb/.pbtxt or .keras/.h5 path or "
         "'builtin:NAME'")
 
 
@@ -327,7 +327,7 @@ def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
     if not os.path.exists(path):
         raise errors.InvalidGraphError(
             f"{path!r} does not exist; pass a SavedModel directory, a .pb/.pbtxt GraphDef or "
-            "MetaGraphDef file, or 'builtin:NAME'")
+            "MetaGraphDef file, a .keras/.h5 Keras model, or 'builtin:NAME'")
     if os.path.isdir(path):
         if not any(os.path.exists(os.path.join(path, name))
                    for name in ("saved_model.pb", "saved_model.pbtxt")):
@@ -335,6 +335,8 @@ def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
                 f"directory {path!r} holds no saved_model.pb, so it is not a SavedModel; pass the "
                 "SavedModel directory itself, or a .pb/.pbtxt GraphDef file")
         return _from_saved_model_dir(path, requested, signature_key, inlining)
+    if path.lower().endswith(_KERAS_SUFFIXES):
+        return _from_keras_model(_load_keras_file(path), requested, inlining)
     if os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt"):
         return _from_saved_model_dir(os.path.dirname(path) or ".", requested, signature_key,
                                      inlining)
@@ -355,6 +357,19 @@ def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
     if isinstance(proto, meta_graph_pb2.MetaGraphDef):
         return _from_meta_graph_def(proto, requested, description, inlining)
     return _from_graph_def(proto, requested, (), description, inlining)
+
+
+_KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def _load_keras_file(path: str):
+    """A Keras model saved with model.save (compiled when it was saved compiled)."""
+    try:
+        return tf.keras.models.load_model(path)
+    except Exception as error:  # Keras raises ValueError, OSError, TypeError ... for a bad file
+        raise errors.InvalidGraphError(
+            f"cannot load the Keras model {path!r}: {errors.first_line(error)}; write it with "
+            "model.save(path), and load custom layers' modules first") from None
 
 
 def _parse_graph_file(data: bytes, prefer_text: bool

@@ -373,7 +373,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tfplaceto.progress import tqdm
 
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
     updates_since_save = batches_since_select = 0

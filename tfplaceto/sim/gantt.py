@@ -3,8 +3,9 @@
 Rows: the devices (top, cluster order), then one row per link that carried a transfer. Node bars
 are coloured by colocation group (or by node), so the parts of one layer read as one colour even
 with thousands of ops; a row is drawn with one `broken_barh` call, which stays fast at that size.
-Transfers take their producer's colour. The legend gives each device's peak memory against its
-limit (OOM devices flagged); the title gives the step time.
+Transfers take their producer's colour. The legend says what the colours mean and gives each
+device's peak memory against its limit (OOM devices flagged, in binary units like every figure
+tfplaceto prints: GiB = 2**30 bytes); the title gives the step time.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tfplaceto.errors import format_bytes
 from tfplaceto.outputs import atomic_write
 from tfplaceto.sim.trace import short_device
 
@@ -43,11 +45,12 @@ def _colors(keys: np.ndarray) -> np.ndarray:
     return palette[(np.asarray(keys, np.int64) * 7) % 20]
 
 
-def _format_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
+def colour_key(color_by: str = "group") -> tuple[str, ...]:
+    """What the chart's colours mean (the legend's first lines)."""
+    what = "its op group (ops kept together: a layer's parts)" if color_by == "group" else "its op"
+    return (f"device rows: one bar per op, coloured by {what}",
+            "link rows: one bar per tensor sent, in its producer's colour",
+            "red text: peak memory over the device's limit")
 
 
 def plot_gantt(result: SimResult, path: str | os.PathLike, color_by: str = "group") -> None:
@@ -94,22 +97,24 @@ def plot_gantt(result: SimResult, path: str | os.PathLike, color_by: str = "grou
     if links:
         ax.axhline(len(devices) - 0.5, color="0.5", linewidth=0.8)
 
-    handles = []
+    handles = [Patch(facecolor="none", edgecolor="none", label=line) for line in colour_key(color_by)]
+    handles.append(Patch(facecolor="none", edgecolor="none", label="peak memory / limit:"))
     for name, limit in zip(devices, result.memory_limit_bytes):
         peak = result.peak_memory_bytes[name]
         flag = "  OOM" if peak > limit else ""
         handles.append(Patch(facecolor="none", edgecolor="none",
-                             label=f"{short_device(name)}: peak {_format_bytes(peak)} / "
-                                   f"{_format_bytes(limit)}{flag}"))
-    legend = ax.legend(handles=handles, title="peak memory", loc="upper left",
+                             label=f"{short_device(name)}: {format_bytes(peak)} / "
+                                   f"{format_bytes(limit)}{flag}"))
+    legend = ax.legend(handles=handles, title="legend", loc="upper left",
                        bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8,
                        handlelength=0, handletextpad=0, frameon=False)
-    for text, name, limit in zip(legend.get_texts(), devices, result.memory_limit_bytes):
+    memory_texts = legend.get_texts()[len(handles) - len(devices):]
+    for text, name, limit in zip(memory_texts, devices, result.memory_limit_bytes):
         if result.peak_memory_bytes[name] > limit:
             text.set_color("tab:red")
     oom = f" — OOM on {', '.join(short_device(d) for d in result.oom_devices)}" if result.oom else ""
     ax.set_title(f"Simulated step: {result.step_time_s * scale:.4g} {unit}, "
-                 f"{len(result.node_names)} nodes, {_format_bytes(result.transfer_bytes)} moved{oom}")
+                 f"{len(result.node_names)} nodes, {format_bytes(result.transfer_bytes)} moved{oom}")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
