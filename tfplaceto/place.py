@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import baselines, checks, errors, progress
+from tfplaceto import baselines, checks, errors, explain, progress
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs import profile
@@ -183,8 +183,6 @@ class OptimizeResult:
         return summary
 
     def _layers(self):
-        from tfplaceto import explain
-
         if self.op_graph is None or self.cluster is None:
             raise errors.TfplacetoError("this result has no graph or cluster to explain")
         return explain.layer_table(self.op_graph, self.placement, self.cluster, self.costs)
@@ -192,15 +190,11 @@ class OptimizeResult:
     def explain(self) -> str:
         """A per-layer (name-scope) table of the placement: layer, device, ops, compute ms, bytes
         in and out across devices; then the simulated peak memory per device (GiB)."""
-        from tfplaceto import explain
-
         return explain.format_table(self._layers())
 
     def device_scopes(self) -> dict[str, str]:
         """Layer name scope (as in `explain()`) -> the device running most of its compute, for
         `with tf.device(scopes[name]):` around that layer in your own model code."""
-        from tfplaceto import explain
-
         return explain.device_scopes(self._layers())
 
 
