@@ -17,6 +17,8 @@
   that read or update it must share a device, as TensorFlow's placer enforces);
 - kernels: the device types with a registered kernel for each node's op and dtype attributes
   (TensorFlow's kernel registry lists GPU kernels even in a CPU-only process).
+NodeDef helpers the importer, the LSTM/GRU selector and the write-back share: `parse_input`,
+`CALL_OPS` and `called_function` (the FunctionDef a node calls).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from tfplaceto import errors
 from tfplaceto.graph import loops
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
+# Function calls by op (a function can also be called as an op of its own name).
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 # Ops that take a resource input without TensorFlow colocating them with the resource.
 _RESOURCE_COLOCATION_EXEMPT = frozenset({
     "While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
@@ -48,6 +52,19 @@ def parse_input(name: str) -> tuple[str, int, bool]:
         return name[1:], -1, True
     node, _, index = name.partition(":")
     return node, int(index) if index else 0, False
+
+
+def called_function_name(node) -> str:
+    """The name of the function a NodeDef calls: its `f` attribute for a PartitionedCall, else
+    its op (a function called by name as an op; not a function at all for other ops)."""
+    if node.op in CALL_OPS and "f" in node.attr:
+        return node.attr["f"].func.name
+    return node.op
+
+
+def called_function(node, functions: Mapping):
+    """The FunctionDef (of `functions`, name -> FunctionDef) a node calls, or None."""
+    return functions.get(called_function_name(node))
 
 
 def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,

@@ -55,10 +55,10 @@ from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config
 
 from tfplaceto import errors
 from tfplaceto.graph import implementations
+from tfplaceto.graph.from_graph_def import CALL_OPS
 
 __all__ = ["LoadedGraph", "initialize_all_variables", "initialize_variables", "inline_functions", "load_source"]
 
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 FUNCTIONAL_CONTROL_FLOW_OPS = frozenset(
     {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 # Attributes that stop grappler from inlining a call (XLA clusters are compiled as one unit, and
