@@ -11,7 +11,7 @@ Map of the file:
   local_device_of      the local TensorFlow device standing for a device kind (or None).
   _session_config      the cluster's session config, made suitable for per-op timing.
   _import_on_device    the GraphDef imported with every node placed (CPU fallback where needed).
-  _initialize          variables: known values (sources.initialize_variables), else random ones.
+  _initialize          variables: known values (measure.session.initialize_all_variables), else random ones.
   _random_feeds        a value of the right shape and dtype for every placeholder.
   op_seconds          per node seconds of one traced step.
   op_executions, check_loop_trips  executions per node; each top-level loop's measured trips
@@ -40,7 +40,7 @@ from tfplaceto.cluster import Cluster, as_cluster, session_config
 from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
-from tfplaceto.graph.sources import initialize_all_variables
+from tfplaceto.measure.session import initialize_all_variables
 
 _HOST_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 _ARG_NAME = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")

@@ -2,8 +2,11 @@
 
 - `op_graph.py`: the OpGraph arrays (the one data structure of the later stages).
 - `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
-  SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined.
-- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory).
+  SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined: the
+  dispatch. `keras_step.py` traces a Keras model's training step (or forward pass);
+  `inlining.py` inlines function calls with grappler.
+- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory), and the
+  NodeDef helpers the others share (inputs, sinks, function calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
   the import keeps for the target device type.
 - `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step).
@@ -59,9 +62,7 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     from tfplaceto.graph import sources
 
     if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
-        from tfplaceto.graph import builtin
-
-        source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
+        source, default_batch = sources.build_builtin(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
     check_batch_size(batch_size)
     if cluster is not None:

@@ -17,8 +17,9 @@
   that read or update it must share a device, as TensorFlow's placer enforces);
 - kernels: the device types with a registered kernel for each node's op and dtype attributes
   (TensorFlow's kernel registry lists GPU kernels even in a CPU-only process).
-NodeDef helpers the importer, the LSTM/GRU selector and the write-back share: `parse_input`,
-`CALL_OPS` and `called_function` (the FunctionDef a node calls).
+NodeDef helpers the source dispatch, the inliner, the LSTM/GRU selector and the write-back share:
+`parse_input`, `op_name` (of a fetch), `sinks` (the default fetches), `CALL_OPS` and
+`called_function` (the FunctionDef a node calls).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def parse_input(name: str) -> tuple[str, int, bool]:
         return name[1:], -1, True
     node, _, index = name.partition(":")
     return node, int(index) if index else 0, False
+
+
+def op_name(name: str) -> str:
+    """The op of a fetch or input name: "x:0" -> "x", "^x" -> "x" (anything else unchanged)."""
+    name = name.lstrip("^")
+    head, _, tail = name.rpartition(":")
+    return head if head and tail.isdigit() else name
 
 
 def called_function_name(node) -> str:
@@ -97,7 +105,7 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
     graph_def = _fill_batch_dims(graph_def, batch_size)
     nodes = {n.name: n for n in graph_def.node}
     fetch_ops = _normalize_fetches(fetches, nodes)
-    roots = fetch_ops or _sinks(graph_def)
+    roots = fetch_ops or sinks(graph_def)
     keep = _fanin(roots, nodes) if roots else set(nodes)  # no sinks at all: a cycle, found below
     pruned = tf.compat.v1.GraphDef()
     pruned.versions.CopyFrom(graph_def.versions)
@@ -171,7 +179,7 @@ def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
         fetches = [fetches]
     result = []
     for fetch in fetches:
-        name = parse_input(str(fetch))[0]
+        name = op_name(str(fetch))
         if name not in nodes:
             import difflib
 
@@ -182,7 +190,8 @@ def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
     return tuple(dict.fromkeys(result))
 
 
-def _sinks(graph_def) -> tuple[str, ...]:
+def sinks(graph_def) -> tuple[str, ...]:
+    """The nodes of a GraphDef no other node reads (data or control): its default fetches."""
     consumed = {parse_input(i)[0] for n in graph_def.node for i in n.input}
     return tuple(n.name for n in graph_def.node if n.name not in consumed)
 

@@ -40,7 +40,6 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Link
 from tfplaceto.costs.cost_profile import CostProfile
-from tfplaceto.costs.measured import op_seconds
 from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
 from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
@@ -247,6 +246,10 @@ def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2
     thread pools, and whatever else the host runs at the same time.
     """
     import tensorflow as tf
+
+    # Imported here: costs.measured sets variables up with measure.session, and this package's
+    # __init__ imports this module, so a module-level import would be a cycle.
+    from tfplaceto.costs.measured import op_seconds
 
     target = _target(target)
     cluster = cluster if cluster is not None else target.cluster()
