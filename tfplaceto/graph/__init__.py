@@ -4,7 +4,8 @@
 - `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
   SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined: the
   dispatch. `keras_step.py` traces a Keras model's training step (or forward pass);
-  `inlining.py` inlines function calls with grappler.
+  `captures.py` makes a ConcreteFunction self-contained; `inlining.py` inlines function calls
+  with grappler.
 - `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory), and the
   NodeDef helpers the others share (inputs, sinks, function calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
