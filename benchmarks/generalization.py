@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learning import problem_of, random_actions  # noqa: E402
+from learning import random_actions  # noqa: E402
 
 
 def members(spec: str) -> list[int]:
@@ -33,13 +33,11 @@ def members(spec: str) -> list[int]:
     return [int(m) for m in spec.split(",")]
 
 
-def row(family: str, member: int, cluster: str, policy, starts: int, seed: int, per_graph_episodes: int) -> dict:
+def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int) -> dict:
     from tfplaceto import search
     from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.train import Actor, train
 
-    name = f"{family}/{member}"
-    problem = problem_of(name, cluster)
     simulator = problem.simulator()
 
     def alone(network) -> float:
@@ -59,7 +57,7 @@ def row(family: str, member: int, cluster: str, policy, starts: int, seed: int, 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--families", nargs="+", default=["cifar10-cells", "ptb-cells"])
+    parser.add_argument("--families", nargs="+", default=["cifar10-cells", "ptb-cells", "nmt-variants"])
     parser.add_argument("--held-out", default="100-109", help="members, e.g. 100-109 or 100,101")
     parser.add_argument("--clusters", nargs="+", default=["2xK80", "4xV100", "8xV100"])
     parser.add_argument("--policy", default=None, help="a policy directory (default: the shipped one)")
@@ -69,6 +67,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from tfplaceto.policy.checkpoint import resolve_policy
+    from tfplaceto.rl.train import problems_for
 
     policy = resolve_policy(args.policy)
     rows = []
@@ -76,8 +75,10 @@ def main(argv=None) -> None:
           f"{'untrained':>10} {'random':>10}   (ms; policy alone, mean of {args.starts} random starts)")
     for family in args.families:
         for member in members(args.held_out):
-            for cluster in args.clusters:
-                r = row(family, member, cluster, policy, args.starts, args.seed, args.per_graph_episodes)
+            name = f"{family}/{member}"
+            problems = problems_for([f"builtin:{name}"], args.clusters)[0]  # one import per member
+            for cluster, problem in zip(args.clusters, problems):
+                r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes)
                 rows.append(r)
                 per_graph = f"{r['per_graph_s'] * 1e3:10.3f}" if "per_graph_s" in r else f"{'-':>10}"
                 print(f"{r['graph']:<20} {cluster:<7} {r['best_baseline_s'] * 1e3:10.3f} {r['zero_shot_s'] * 1e3:10.3f} "

@@ -377,7 +377,7 @@ def test_tp_train_trains_on_sources_and_clusters_and_its_policy_places(tmp_path)
     placement = tp.place(op_graph, "2xV100", method="placeto_policy", policy=result.policy_dir, seed=3)
     assert set(placement.values()) <= set(tp.Cluster.preset("2xV100").device_names)
     with pytest.raises(errors.TfplacetoError, match="actors"):
-        tp.train([source], ["2xV100"], episodes=2, logdir=None, actors=2)
+        tp.train([source], ["2xV100"], episodes=2, logdir=None, actors=-1)
     with pytest.raises(errors.TfplacetoError, match="episodes"):
         tp.train([source], ["2xV100"], episodes=0, logdir=None)
 

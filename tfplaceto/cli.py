@@ -2,11 +2,11 @@
 
   tfplaceto place SOURCE --cluster C [--method M] [--budget-s S] --out OUT.pb
                   [--report R.json] [--gantt G.png] [--trace T.json] [--batch-size N] [--fetch F]
-                  [--explain]
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
   tfplaceto bench [--graphs ..] [--clusters ..] [--methods ..] --out results.json [--plot P.png]
-                  [--batch-size N] [--fetch F]
   tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N]
+                  [--actors N] [--reverb-address HOST:PORT] [--gin FILE] [--gin-param P]
+  tfplaceto actor --reverb-address HOST:PORT [--actor-id I]   (collects for a `train` elsewhere)
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
   tfplaceto models
   tfplaceto calibrate TARGET --out cluster.pbtxt [--rounds N] [--runs N] [--no-contention]
@@ -15,10 +15,7 @@ Bad input prints one line on stderr and exits with status 2, with no traceback a
 written at the output paths: every output is checked before the work (writable, not an input,
 not existing unless --overwrite) and written atomically after all of it (`outputs.OutputSet`);
 Ctrl-C prints "interrupted" and exits with 130, also with nothing written. TensorFlow is imported
-only by the commands that need it, after its C++ log level is set, so an error is one line, and
-`--help`, `--version` and usage errors answer without it. The long commands print one status
-line per stage on stderr (`tfplaceto.progress`) when stderr is a terminal (TFPLACETO_PROGRESS=1
-or 0 forces it on or off).
+only by the commands that need it, after its C++ log level is set, so an error is one line.
 """
 
 from __future__ import annotations
@@ -47,64 +44,30 @@ def _one_line_warnings() -> None:
     warnings.showwarning = show
 
 
-class _Formatter(argparse.HelpFormatter):
-    """Help that shows every option's default (when it has one worth showing)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        default = action.default
-        trivial = default is None or default is False or default == [] or default == argparse.SUPPRESS
-        if not trivial and action.option_strings and "default" not in text:
-            text += " (default: %(default)s)"
-        return text
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit status 2)."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, f"tfplaceto: error: {message} (see tfplaceto --help)\n")
 
 
-_SOURCE_HELP = ("GraphDef or MetaGraphDef .pb/.pbtxt, SavedModel directory, Keras .keras/.h5 file, "
-                "or builtin:NAME (see tfplaceto models)")
-_BATCH_HELP = "size of unknown batch dimensions (required when an input has one; built-in graphs have their own)"
-
-
-def _version() -> str:
-    from tfplaceto import __version__
-
-    return f"tfplaceto {__version__}"
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfplaceto", description="Learned device placement for TensorFlow graphs.")
-    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     place = commands.add_parser("place", help="place a graph and write the placed GraphDef")
-    place.add_argument("source", help=_SOURCE_HELP)
+    place.add_argument("source", help="GraphDef .pb/.pbtxt, SavedModel directory, or builtin:NAME")
     place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    place.add_argument("--method", default="placeto",
-                       help="placement method (placeto: the best of a search and the baselines; a method "
-                            "named is used as is), or auto (best baseline)")
-    place.add_argument("--budget-s", type=float, default=None,
-                       help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
+    place.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
+    place.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
     place.add_argument("--out", required=True, help="where to write the placed GraphDef (.pb or .pbtxt)")
     place.add_argument("--report", help="JSON report of the figures")
     place.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
     place.add_argument("--trace", help="Chrome trace JSON of the simulated step")
     place.add_argument("--placement-out", help="write the Placement proto here too")
-    place.add_argument("--explain", action="store_true",
-                       help="print a per-layer table: device, compute, bytes across devices, peak memory")
-    place.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
-    place.add_argument("--fetch", action="append", default=None,
-                       help="op the step computes (repeatable; default: the graph's train_op or outputs)")
-    place.add_argument("--seed", type=int, default=0, help="seed of the random choices")
+    place.add_argument("--batch-size", type=int, default=None)
+    place.add_argument("--fetch", action="append", default=None, help="fetch op (repeatable)")
+    place.add_argument("--seed", type=int, default=0)
     place.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
     place.add_argument("--costs", default=None,
                        help="analytical, measured, or a saved CostProfile (default: measured on local, "
@@ -114,30 +77,21 @@ def _parser() -> argparse.ArgumentParser:
                        help="iterations of while loops whose count is not static (the report lists every loop's)")
 
     simulate = commands.add_parser("simulate", help="simulate a placed graph")
-    simulate.add_argument("source", help=_SOURCE_HELP)
-    simulate.add_argument("--cluster", required=True, help="preset (4xV100, ...), local or local:N")
-    simulate.add_argument("--placement", required=True,
-                          help="the placed GraphDef `place --out` wrote, or the Placement proto of "
-                               "`place --placement-out`")
-    simulate.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
-    simulate.add_argument("--trace", help="Chrome trace JSON of the simulated step")
-    simulate.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
-    simulate.add_argument("--fetch", action="append", default=None,
-                          help="op the step computes (repeatable; default: the graph's train_op or outputs)")
+    simulate.add_argument("source")
+    simulate.add_argument("--cluster", required=True)
+    simulate.add_argument("--placement", required=True, help="a Placement proto written by `place`")
+    simulate.add_argument("--gantt")
+    simulate.add_argument("--trace")
+    simulate.add_argument("--batch-size", type=int, default=None)
+    simulate.add_argument("--fetch", action="append", default=None)
     simulate.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
 
     bench = commands.add_parser("bench", help="place and simulate built-in graphs with every method")
-    bench.add_argument("--graphs", nargs="+", default=None,
-                       help="built-in names (inception_v3, cifar10-cells/1, ...) or graph files "
-                            "(default: inception_v3 nmt_4l nmt_2l_loop nasnet)")
-    bench.add_argument("--clusters", nargs="+", default=None, help="presets (default: 2xK80 4xK80 4xV100 8xV100)")
-    bench.add_argument("--methods", nargs="+", default=None,
-                       help="methods (default: single round_robin expert metis m_topo m_etf m_sct heft local_search)")
+    bench.add_argument("--graphs", nargs="+", default=None, help="built-in names or graph files")
+    bench.add_argument("--clusters", nargs="+", default=None)
+    bench.add_argument("--methods", nargs="+", default=None)
     bench.add_argument("--budget-s", type=float, default=None, help="budget of local_search / fine-tuning")
-    bench.add_argument("--batch-size", type=int, default=None, help=_BATCH_HELP)
-    bench.add_argument("--fetch", action="append", default=None,
-                       help="op the step computes, for graph files (repeatable)")
-    bench.add_argument("--seed", type=int, default=0, help="seed of the random choices")
+    bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", required=True, help="results JSON")
     bench.add_argument("--plot", help="bar chart PNG")
     bench.add_argument("--overwrite", action="store_true", help="replace outputs that exist")
@@ -150,9 +104,23 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
     train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
     train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
-    train.add_argument("--seed", type=int, default=0, help="seed of the run")
+    train.add_argument("--seed", type=int, default=0)
     train.add_argument("--gin", action="append", default=[], help="gin file configuring train() (repeatable)")
     train.add_argument("--gin-param", action="append", default=[], help="gin binding, e.g. train.lanes=64")
+    train.add_argument("--actors", type=int, default=0,
+                       help="actor processes collecting through a Reverb server (0: the embedded engine)")
+    train.add_argument("--reverb-address", default=None,
+                       help="HOST:PORT: serve Reverb on PORT for actors on other machines (tfplaceto actor)")
+
+    actor = commands.add_parser("actor", help="collect episodes for a `tfplaceto train` run on another machine")
+    actor.add_argument("--reverb-address", required=True, help="the learner's HOST:PORT")
+    actor.add_argument("--actor-id", type=int, default=None,
+                       help="this actor's id (seeds it; default: from the process id; unique per run)")
+    actor.add_argument("--batches", type=int, default=None, help="stop after this many batches (default: "
+                       "until the learner stops)")
+    actor.add_argument("--connect-timeout-s", type=float, default=120.0, help="wait this long for the server")
+    actor.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
+    actor.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -161,17 +129,13 @@ def _parser() -> argparse.ArgumentParser:
     rewrite.add_argument("src", help="SavedModel directory (never modified)")
     rewrite.add_argument("dst", help="directory for the placed SavedModel (must not exist, or be empty)")
     rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    rewrite.add_argument("--method", default="placeto",
-                         help="placement method (placeto: the best of a search and the baselines; a method "
-                              "named is used as is), or auto (best baseline)")
-    rewrite.add_argument("--budget-s", type=float, default=None,
-                         help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
+    rewrite.add_argument("--method", default="placeto", help="placement method, or auto (best baseline)")
+    rewrite.add_argument("--budget-s", type=float, default=None, help="fine-tuning / search budget in seconds")
     rewrite.add_argument("--signature", action="append", default=None,
                          help="signature key to place (repeatable); default: all")
     rewrite.add_argument("--batch-size", type=int, default=None,
-                         help="size of unknown batch dimensions of the signatures' inputs (required when "
-                              "an input has one)")
-    rewrite.add_argument("--seed", type=int, default=0, help="seed of the random choices")
+                         help="size of unknown batch dimensions (default 32)")
+    rewrite.add_argument("--seed", type=int, default=0)
     rewrite.add_argument("--overwrite", action="store_true", help="replace a DST that is not empty")
     calibrate = commands.add_parser(
         "calibrate", help="measure a machine or TF cluster once; write a cluster file for --cluster")
@@ -244,10 +208,7 @@ def _cmd_place(args) -> int:
         if args.placement_out:
             result.placement.save(outputs.stage(args.placement_out))
         atomic_write(outputs.stage(args.out), _graph_bytes(args.out, result.graph_def))
-        explained = result.explain() if args.explain else None
     print(table)
-    if explained:
-        print(explained)
     return 0
 
 
@@ -285,12 +246,10 @@ def _cmd_simulate(args) -> int:
             sim.save_chrome_trace(outputs.stage(args.trace))
         if args.gantt:
             sim.plot_gantt(outputs.stage(args.gantt))
-    print(f"step time {sim.step_time_s * 1e3:.3f} ms, {errors.format_bytes(sim.transfer_bytes)} moved, "
+    print(f"step time {sim.step_time_s * 1e3:.3f} ms, {sim.transfer_bytes / 1e6:.1f} MB moved, "
           f"{'OOM' if sim.oom else 'fits'}")
-    for device, limit in zip(sim.device_names, sim.memory_limit_bytes):
-        peak = sim.peak_memory_bytes[device]
-        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)} "
-              f"of {errors.format_bytes(limit)}{' OUT OF MEMORY' if peak > limit else ''}")
+    for device, peak in sim.peak_memory_bytes.items():
+        print(f"  {device}: busy {sim.busy_s[device] * 1e3:.3f} ms, peak memory {errors.format_bytes(peak)}")
     return 0
 
 
@@ -307,8 +266,7 @@ def _cmd_bench(args) -> int:
     bench.check_arguments(graphs, clusters, methods)  # before importing any graph
     with outputs:
         rows = bench.run_bench(graphs, clusters, methods, seed=args.seed, budget_s=args.budget_s,
-                               log=lambda line: print(line, file=sys.stderr), batch_size=args.batch_size,
-                               fetches=args.fetch)
+                               log=lambda line: print(line, file=sys.stderr))
         table = bench.format_table(rows)
         bench.save_json(rows, outputs.stage(args.out))
         if args.plot:
@@ -321,7 +279,8 @@ def _cmd_train(args) -> int:
     import gin
 
     from tfplaceto import errors
-    from tfplaceto.rl import train as training
+    from tfplaceto.rl import distributed
+    from tfplaceto.rl import train as _  # noqa: F401  (registers train() with gin before the config is parsed)
 
     if args.episodes < 1:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
@@ -337,11 +296,29 @@ def _cmd_train(args) -> int:
         sources = [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
     else:
         sources = args.graph
-    result = training.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed)
+    if args.actors < 0:
+        raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
+    result = distributed.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
+                                    actors=args.actors, reverb_address=args.reverb_address)
     with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
         f.write(gin.operative_config_str())
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
           f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
+    return 0
+
+
+def _cmd_actor(args) -> int:
+    from tfplaceto import errors
+    from tfplaceto.rl import distributed
+
+    distributed.parse_address(args.reverb_address)
+    if args.batches is not None and args.batches < 1:
+        raise errors.TfplacetoError(f"--batches must be at least 1, got {args.batches}")
+    actor_id = 1000 + os.getpid() % 100000 if args.actor_id is None else args.actor_id
+    written = distributed.run_actor(args.reverb_address, actor_id, incarnation=args.incarnation,
+                                    parent_pid=args.parent_pid, batches=args.batches,
+                                    connect_timeout_s=args.connect_timeout_s, exit_when_gone=True)
+    print(f"actor {actor_id}: wrote {written} batches")
     return 0
 
 
@@ -371,14 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     from tfplaceto import errors
 
     _one_line_warnings()
-    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench, "train": _cmd_train,
-                "rewrite-saved-model": _cmd_rewrite_saved_model, "calibrate": _cmd_calibrate}
-    from tfplaceto import progress
-
+    handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
+                "train": _cmd_train, "actor": _cmd_actor, "rewrite-saved-model": _cmd_rewrite_saved_model,
+                "calibrate": _cmd_calibrate}
     try:
         _check_command_args(args)
-        with progress.reporting(progress.wanted()):
-            return handlers[args.command](args)
+        return handlers[args.command](args)
     except errors.TfplacetoError as e:
         print(f"tfplaceto: error: {errors.first_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -87,3 +87,7 @@ def format_bytes(size: float) -> str:
 
 class CheckpointError(TfplacetoError, ValueError):
     """A training logdir cannot be written, or holds a corrupted or mismatched run."""
+
+
+class DistributedError(TfplacetoError, RuntimeError):
+    """Distributed training failed: the Reverb server, or an actor that keeps failing or differs."""

@@ -5,10 +5,12 @@
 - `network.py`: the Sonnet/graph_nets network: encoders, message passing along and against the DAG,
   ancestor / descendant / parallel pooling, a per-device scorer; one set of weights for any device
   count.
-- `checkpoint.py`: saving and loading a policy directory; `resolve_policy` turns `policy=`
-  ("shipped": `pretrained/`, "untrained", a directory) into a network.
-Training (environment, agent, loop) lives in `tfplaceto.rl`; the methods that use the policy
-(`placeto`, `placeto_policy`) in `tfplaceto/placeto.py`.
+- `checkpoint.py`: saving and loading a policy directory (config, Sonnet weights and a TF-Agents
+  `PolicySaver` SavedModel), and what `policy=` names: the shipped policy (`pretrained/`),
+  untrained weights, a directory.
+The placer that uses the policy (`method="placeto"` and `"placeto_policy"`) is
+`tfplaceto/placeto.py`; training (environment, agent, loop, Reverb actors) lives in
+`tfplaceto.rl`.
 """
 
 import contextlib as _contextlib

@@ -1,7 +1,13 @@
 """Saving and loading a trained Placeto policy (its network config and weights).
 
-`save_policy` writes a directory (replaced as a whole, so a reader never sees half of one);
-`load_policy` reads one back; `resolve_policy` turns what users pass as `policy=` ("shipped",
+`save_policy` writes a directory (replaced as a whole, so a reader never sees half of one):
+`policy.json` (network config, feature names, notes) and `weights` (the Sonnet network's
+checkpoint), and, when given a TF-Agents `PolicySaver`, `saved_policy/` beside them: the policy as
+a SavedModel that TF-Agents users load with `tf.saved_model.load` (or
+`tf_agents.policies.py_tf_eager_policy.SavedModelPyTFEagerPolicy`) and call `action(time_step)`
+on, with no tfplaceto code. That SavedModel holds the packed statics of the problems it was
+trained on, so it acts on those problems' observations (`PlacementEnvironment(problems)`);
+`load_policy` reads the network back, which acts on any graph; `resolve_policy` turns what users pass as `policy=` ("shipped",
 "untrained", a directory, or a network) into a network. The shipped policy lives in
 `pretrained/` beside this file.
 """
@@ -21,8 +27,13 @@ _WEIGHTS = "weights"
 _FEATURES = {"node": F.NODE_FEATURES, "edge": F.EDGE_FEATURES, "device": F.DEVICE_FEATURES}
 
 
-def save_policy(network, directory: str, notes: dict | None = None) -> None:
-    """Writes `network`'s config and weights to `directory` (replaced as a whole)."""
+SAVED_POLICY = "saved_policy"
+
+
+def save_policy(network, directory: str, notes: dict | None = None, saver=None) -> None:
+    """Writes `network`'s config and weights to `directory` (replaced as a whole); with `saver`
+    (a `tf_agents.policies.policy_saver.PolicySaver` of a policy over `network`) also its
+    SavedModel in `directory/saved_policy`."""
     import tensorflow as tf
 
     network.warm_up()  # a network never called yet has no variables to save
@@ -30,6 +41,24 @@ def save_policy(network, directory: str, notes: dict | None = None) -> None:
         tf.train.Checkpoint(network=network).write(os.path.join(tmp, _WEIGHTS))
         with open(os.path.join(tmp, _CONFIG), "w") as f:
             json.dump({"network": network.config, "features": _FEATURES, "notes": notes or {}}, f, indent=1)
+        if saver is not None:
+            _export_saved_policy(saver, os.path.join(tmp, SAVED_POLICY))
+
+
+def _export_saved_policy(saver, path: str) -> None:
+    """`saver.save(path)`, without the notices it logs for every nested input name."""
+    import warnings
+
+    from absl import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)  # "`0/step_type` is not a valid tf.function parameter name"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Encoding a StructuredValue with type ..."
+            saver.save(path)
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 def _read_config(directory: str) -> dict:

@@ -5,7 +5,11 @@
 - `agent.py`: `PlacetoPolicy` (a `TFPolicy` around the Sonnet network) and `PlacetoAgent` (a
   `TFAgent`: REINFORCE with a per-step baseline, entropy bonus, Adam, global-norm clipping).
 - `train.py`: collection, the training loop with TensorBoard summaries, tqdm and checkpoints that
-  resume; `train`, `train_family`, `train_command`.
+  resume; `train`, the embedded collector.
+- `distributed.py`: collection in actor processes through a Reverb server (a queue of whole
+  lockstep batches, weights through TF-Agents' `ReverbVariableContainer`), the launcher that
+  starts and restarts local actors, the actor (`tfplaceto actor`), and `train_sources`
+  (`tfplaceto.train`: the embedded engine or actors).
 `rl/` meets `sim/` and `policy/` only through specs and plain arrays.
 """
 

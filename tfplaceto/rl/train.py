@@ -14,18 +14,29 @@
                        checkpoint every few updates in `logdir`; run it again with the same
                        arguments and it resumes exactly from the last checkpoint.
   problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
-  train_sources(...)   `tfplaceto.train`: `train` on sources x clusters.
+`tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
+`tfplaceto.rl.distributed.train_sources`.
+
+Where batches come from is a hook: `train(..., collector=factory)` calls
+`factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
+takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
+this process; `tfplaceto.rl.distributed.Launcher` for Reverb actors). A collector has
+`batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's updates: publish the
+weights, write its own summaries) and `episodes_per_actor() -> dict`.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
 What a logdir holds: `ckpt/` (network, optimizer, entropy coefficient, sampling generator, step
 counter), `state.json` (episodes, decisions, wall time, the environment's generator state, the
 best placement of every problem, the problems' fingerprints, the history; written atomically
 after each checkpoint), `policy/` (the exported network, `tfplaceto.policy.checkpoint`),
-`summary.json` and TensorBoard event files.
+`summary.json` and TensorBoard event files. `policy/` holds the Sonnet checkpoint and, beside
+it, `saved_policy/`: the greedy policy as a TF-Agents `PolicySaver` SavedModel (acts on the
+training problems' observations).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -36,7 +47,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 from tf_agents.drivers import py_driver
-from tf_agents.policies import py_tf_eager_policy
+from tf_agents.policies import policy_saver, py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 
 from tfplaceto.outputs import atomic_write
@@ -166,6 +177,34 @@ class _Selection:
         self.episode = payload["episode"]
 
 
+# -- where batches come from ------------------------------------------------------------------------
+Batch = collections.namedtuple("Batch", ("experience", "weights", "summaries", "best"))
+Batch.__doc__ = """One batch for an update: Trajectory [B, T] (numpy), weights [B, T], the summaries of
+its episodes (PlacementEnvironment.pop_summaries), and (problem index, Best) candidates."""
+
+
+class Embedded:
+    """The embedded engine: lockstep batches collected in this process (the default collector)."""
+
+    def __init__(self, env: PlacementEnvironment, policy, agent=None, settings: dict | None = None):
+        self._env, self._policy, self._episodes = env, policy, 0
+
+    def batch(self) -> Batch:
+        # Every batch starts from a reset: a resumed run then draws the same starts as one that
+        # was not interrupted (the reset at the last boundary is already in the saved state).
+        experience, weights, _ = collect(self._env, self._policy, self._env.reset())
+        summaries = self._env.pop_summaries()
+        self._episodes += len(summaries)
+        return Batch(experience, weights, summaries,
+                     [(i, self._env.best_for(i)) for i in range(len(self._env.problems))])
+
+    def after_update(self, agent, writer, episodes: int) -> None:
+        pass
+
+    def episodes_per_actor(self) -> dict[str, int] | None:
+        return None  # the loop's own count: everything was collected here
+
+
 # -- the loop -----------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class TrainResult:
@@ -263,7 +302,7 @@ def _open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: 
     return manager, state
 
 
-@gin.configurable(denylist=["problems", "logdir", "network", "callback"])
+@gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
@@ -275,7 +314,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
-          select_problems: int = 6) -> TrainResult:
+          select_problems: int = 6, collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -303,6 +342,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       select_every: every this many batches (and at the start and the end), evaluate the policy
         alone on up to `select_problems` training problems from `select_starts` fixed random
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
+      collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
     problems = [problems] if isinstance(problems, Problem) else list(problems)
@@ -321,7 +361,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     history: list[dict] = []
     done, decisions, wall_before = 0, 0, 0.0
 
-    manager = writer = state = None
+    manager = writer = state = saver = None
     if logdir:
         checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
         manager, state = _open_logdir(logdir, checkpoint, problems, network)
@@ -331,9 +371,13 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             best = [_best_from_json(b) for b in state["best"]]
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
+        saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
     selection = _Selection(problems, network, seed, select_starts, select_problems) if select_every else None
     if selection is not None and state and state.get("selection"):
         selection.load(state["selection"])
+    settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
+                "shared_start": shared_start, "seed": seed, "network": network.config}
+    source = (collector or Embedded)(env, policy, agent, settings)
 
     def save() -> None:
         if manager is None:
@@ -342,7 +386,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         path = manager.save(checkpoint_number=agent.train_step_counter)
         if selection is None:  # else the policy is exported when selected
             save_policy(network, os.path.join(logdir, "policy"),
-                        notes={"episodes": done, "decisions": decisions, "problems": len(problems)})
+                        notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
+                        saver=saver)
         _write_json(os.path.join(logdir, "state.json"), {
             "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
             "wall_s": wall, "fingerprints": _fingerprints(problems), "network": network.config,
@@ -350,7 +395,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             "selection": None if selection is None else selection.to_json()})
         _write_json(os.path.join(logdir, "summary.json"), {
             "episodes": done, "decisions": decisions, "wall_s": wall,
-            "learner_steps": int(agent.train_step_counter.numpy()), "episodes_per_actor": {"0": done},
+            "learner_steps": int(agent.train_step_counter.numpy()),
+            "episodes_per_actor": source.episodes_per_actor() or {"0": done},
             "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
             "selected_episode": None if selection is None else selection.episode,
             "best_step_time_s": [b.step_time_s for b in best]})
@@ -362,7 +408,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         if manager is not None:
             save_policy(network, os.path.join(logdir, "policy"), notes={
                 "episodes": done, "decisions": decisions, "problems": len(problems),
-                "selected_episode": done, "selection_score": selection.score})
+                "selected_episode": done, "selection_score": selection.score}, saver=saver)
             save()
         if writer is not None:
             with writer.as_default(step=done):
@@ -373,7 +419,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     bar = None
     if progress:
-        from tfplaceto.progress import tqdm
+        from tqdm.auto import tqdm
 
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
     updates_since_save = batches_since_select = 0
@@ -382,20 +428,17 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             break
         agent.entropy_coefficient.assign(entropy_coefficient + (final_entropy_coefficient - entropy_coefficient)
                                          * min(done / decay, 1.0))
-        # Every batch starts from a reset: a resumed run then draws the same starts as one that
-        # was not interrupted (the reset at the last boundary is already in the saved state).
-        experience, weights, _ = collect(env, policy, env.reset())
+        experience, weights, summaries, candidates = source.batch()
         decisions += int(weights.sum())
         batch = tf.nest.map_structure(tf.constant, experience)
         for _ in range(updates_per_batch):
             loss_info = agent.train(batch, tf.constant(weights))
         update = int(agent.train_step_counter.numpy())
         wall = wall_before + time.perf_counter() - start
-        for index in range(len(problems)):
-            candidate = env.best_for(index)
+        source.after_update(agent, writer, done + len(summaries))
+        for index, candidate in candidates:
             if candidate.placement is not None:
                 best[index].offer(candidate.step_time_s, candidate.oom, candidate.placement)
-        summaries = env.pop_summaries()
         for summary in summaries:
             done += 1
             entry = {"episode": done, "update": update, "wall_s": wall, "problem": summary["problem"],
@@ -460,24 +503,3 @@ def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], 
             problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
             labels.append(f"{source if isinstance(source, str) else repr(op_graph)}@{cluster.name}")
     return problems, labels
-
-
-def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0,
-                  **config) -> TrainResult:
-    """`tfplaceto.train`: a policy trained on every source on every cluster (see `train`)."""
-    from tfplaceto import errors
-
-    if actors:
-        raise errors.TfplacetoError("distributed collection (actors > 0) is not available in this "
-                                    "version; use actors=0 (the embedded engine)")
-    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
-        raise errors.TfplacetoError(f"episodes must be a positive integer, got {episodes!r}")
-    sources = [sources] if isinstance(sources, str) or not isinstance(sources, Sequence) else list(sources)
-    clusters = [clusters] if isinstance(clusters, str) or not isinstance(clusters, Sequence) else list(clusters)
-    if not sources or not clusters:
-        raise errors.TfplacetoError("train needs at least one source and one cluster")
-    problems, labels = problems_for(sources, clusters)
-    result = train(problems, episodes=episodes, logdir=logdir, seed=seed, **config)
-    result.labels = labels
-    return result
-

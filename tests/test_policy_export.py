@@ -1,0 +1,66 @@
+"""TF-Agents conventions of the exported policy: a PolicySaver SavedModel beside the Sonnet checkpoint
+that loads with `tf.saved_model.load` and acts like the network, and the gin config of a CLI run."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+from test_rl import layered  # tests/ is on sys.path under pytest
+from tf_agents.policies import greedy_policy, py_tf_eager_policy
+
+from tfplaceto.cli import main
+from tfplaceto.policy import features as F
+from tfplaceto.policy.checkpoint import SAVED_POLICY, load_policy
+from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+from tfplaceto.rl.environment import PlacementEnvironment
+from tfplaceto.rl.train import specs, train
+
+
+def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_path):
+    problems = [layered(seed=4), layered(seed=5, depth=4, devices=4)]
+    logdir = str(tmp_path / "run")
+    train(problems, episodes=4, seed=5, lanes=2, hidden=8, rounds=2, logdir=logdir, progress=False)
+    policy_dir = os.path.join(logdir, "policy")
+    assert sorted(os.listdir(policy_dir)) == sorted(["policy.json", SAVED_POLICY, "weights.data-00000-of-00001",
+                                                     "weights.index"])
+    network = load_policy(policy_dir)
+    saved = tf.saved_model.load(os.path.join(policy_dir, SAVED_POLICY))
+    for index in range(2):  # either training problem, observed by a PlacementEnvironment over both
+        env = PlacementEnvironment(problems, batch_size=3, seed=index, same_problem=True)
+        # The reference: the same greedy policy built in this process over the loaded network.
+        reference = greedy_policy.GreedyPolicy(PlacetoPolicy(*specs(env), network,
+                                                             as_tensors(F.pack(env.statics, env.dims))))
+        state, saved_state = reference.get_initial_state(3), saved.get_initial_state(3)
+        step = env.reset()
+        steps = 0
+        while not step.is_last().all():
+            time_step = tf.nest.map_structure(tf.constant, step)
+            out, expected = saved.action(time_step, saved_state), reference.action(time_step, state)
+            action, saved_state, state = out.action.numpy(), out.state, expected.state
+            np.testing.assert_array_equal(action, expected.action.numpy())
+            assert step.observation[F.ACTION_MASK][np.arange(3), action].all()
+            step = env.step(action)
+            steps += 1
+        assert steps == env.problems[env.pop_summaries()[0]["problem"]].num_nodes
+    # TF-Agents' own loader for saved policies acts on numpy time steps too.
+    py_policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(os.path.join(policy_dir, SAVED_POLICY),
+                                                            load_specs_from_pbtxt=True, batch_time_steps=False)
+    env = PlacementEnvironment(problems, batch_size=2, seed=0)
+    step = env.reset()
+    assert py_policy.action(step, py_policy.get_initial_state(2)).action.shape == (2,)
+
+
+def test_gin_from_the_command_line_configures_training_and_is_saved(tmp_path, capsys):
+    gin_file = tmp_path / "small.gin"
+    gin_file.write_text("train.hidden = 8\ntrain.rounds = 2\n")
+    logdir = tmp_path / "run"
+    assert main(["train", "--family", "ptb-cells", "--num-graphs", "1", "--cluster", "2xK80", "--logdir",
+                 str(logdir), "--episodes", "2", "--gin", str(gin_file), "--gin-param", "train.lanes = 2"]) == 0
+    operative = (logdir / "operative_config.gin").read_text()
+    assert "train.hidden = 8" in operative and "train.lanes = 2" in operative and "train.rounds = 2" in operative
+    assert load_policy(str(logdir / "policy")).config["hidden"] == 8
+    assert (logdir / "policy" / SAVED_POLICY / "saved_model.pb").exists()
+    capsys.readouterr()
+    assert main(["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(tmp_path / "bad"),
+                 "--episodes", "2", "--gin-param", "train.no_such_parameter = 1"]) == 2
+    assert "gin" in capsys.readouterr().err
