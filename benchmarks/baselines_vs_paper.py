@@ -66,7 +66,7 @@ def build_problems(rows):
 def variants(problem) -> dict[str, np.ndarray | None]:
     """name -> placement (None when the variant could not place) of every variant of this issue."""
     from tfplaceto import baselines, errors
-    from tfplaceto.baselines import _common, heft, m_etf, m_sct, m_topo
+    from tfplaceto.baselines import common, heft, m_etf, m_sct, m_topo
 
     def attempt(placer, *args, **kwargs):
         try:
@@ -78,7 +78,7 @@ def variants(problem) -> dict[str, np.ndarray | None]:
     out = {}
     for rule in m_topo.RULES:
         out[f"m_topo:{rule}"] = attempt(m_topo.place, problem, rule=rule)
-    for model in _common.COMM_MODELS:
+    for model in common.COMM_MODELS:
         out[f"m_etf:{model}"] = attempt(m_etf.place, problem, comm_model=model)
         out[f"m_sct:{model}"] = attempt(m_sct.place, problem, comm_model=model)
     out["m_etf:baechi"] = attempt(m_etf.place, problem, **baechi)

@@ -18,7 +18,6 @@ Run: .venv/bin/python benchmarks/placement_time.py [--cluster 8xV100] [--op-leve
 from __future__ import annotations
 
 import argparse
-import importlib.util  # noqa: F401  baselines.available() uses importlib.util without importing it
 import os
 import pathlib
 import sys
@@ -79,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", default="builtin:inception_v3")
     parser.add_argument("--cluster", default="8xV100")
-    parser.add_argument("--methods", default=",".join(baselines.available()))
+    parser.add_argument("--methods", default=",".join(baselines.METHODS))
     parser.add_argument("--budget-s", type=float, default=10.0, help="local_search budget")
     parser.add_argument("--op-level", action="store_true", help="also place the ungrouped graph")
     args = parser.parse_args()

@@ -116,7 +116,7 @@ def placements(op_graph, cluster, costs, n_random: int, seed: int = 0, layer_nam
         "single:task0": dict.fromkeys(names, d0),
         "single:task1": dict.fromkeys(names, d1),
     }
-    for method in baselines.available():
+    for method in baselines.METHODS:
         if method in ("single", "random"):
             continue
         budget = 10.0 if method == "local_search" else None

@@ -6,8 +6,8 @@ Two figures, in one run:
    evaluation uses a different placement, as in the RL loop.
 2. Seconds per evaluation of `Simulator.run` and of grappler's `Cluster.MeasureCosts` (virtual
    cluster of 4 V100s + host) on the op-level Inception-V3 training graph (batch 32) with the same
-   placement, and their ratio (target: >= 60x). Skipped with a reason when the graph importer or
-   the analytical profiler is not available.
+   placement, and their ratio (target: >= 60x). Skipped with a reason when importing or
+   profiling the graph fails.
 
 Run: .venv/bin/python benchmarks/sim_speed.py [--evals N]
 """
@@ -102,21 +102,13 @@ def bench_random_dag(num_evals: int) -> float:
 def _import_graph(source: str, batch_size: int) -> OpGraph:
     import tfplaceto
 
-    importer = getattr(tfplaceto, "import_graph", None)
-    if importer is None:
-        from tfplaceto.graph import import_graph as importer  # before the top-level export exists
-    return importer(source, batch_size=batch_size)
+    return tfplaceto.import_graph(source, batch_size=batch_size)
 
 
 def _analytical_profile(op_graph: OpGraph, cluster: Cluster):
     import tfplaceto
-    from tfplaceto.sim.simulator import _find_profiler
 
-    profiler = getattr(tfplaceto, "profile", None)
-    profiler = profiler if callable(profiler) else _find_profiler()
-    if profiler is None:
-        raise RuntimeError("no tfplaceto.profile (analytical cost profiler) yet")
-    return profiler(op_graph, cluster, source="analytical")
+    return tfplaceto.profile(op_graph, cluster, source="analytical")
 
 
 def pipeline_placement(op_graph: OpGraph, cluster: Cluster) -> np.ndarray:
@@ -181,7 +173,7 @@ def bench_inception() -> None:
         cluster = Cluster.preset("4xV100")
         op_graph = _import_graph("builtin:inception_v3", batch_size=32)
         costs = _analytical_profile(op_graph, cluster)
-    except Exception as e:  # the importer/profiler are written in parallel: report, don't fail
+    except Exception as e:  # report, don't fail: the first figure stands on its own
         print(f"[Inception-V3 vs grappler] skipped: {type(e).__name__}: {e}")
         return
     if op_graph.graph_def is None:

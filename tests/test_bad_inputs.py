@@ -465,3 +465,29 @@ def test_stale_temporaries_only_of_dead_processes(tmp_path):
     assert outputs.remove_stale_temporaries(tmp_path) == [str(dead)]
     assert mine.exists() and other.exists()
     shutil.rmtree(tmp_path)
+
+
+def test_atomic_directory_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+    target = tmp_path / "out" / "policy"
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    with outputs.atomic_directory(target) as tmp:
+        assert not target.exists()  # nothing at the destination before the end
+        with open(os.path.join(tmp, "a.txt"), "w") as f:
+            f.write("first")
+    assert sorted(os.listdir(target)) == ["a.txt"] and synced  # files and directories synced
+    with pytest.raises(KeyboardInterrupt), outputs.atomic_directory(target) as tmp:
+        with open(os.path.join(tmp, "b.txt"), "w") as f:
+            f.write("half")
+        raise KeyboardInterrupt
+    assert sorted(os.listdir(target)) == ["a.txt"]  # the old directory, untouched
+    with outputs.atomic_directory(target) as tmp:
+        with open(os.path.join(tmp, "b.txt"), "w") as f:
+            f.write("second")
+    assert sorted(os.listdir(target)) == ["b.txt"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["policy"]  # no temporaries left
+    with pytest.raises(errors.OutputPathError, match="cannot write"), \
+            outputs.atomic_directory(target) as tmp:
+        raise PermissionError(13, "Permission denied")
+    assert sorted(os.listdir(target)) == ["b.txt"]

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfplaceto import baselines, errors
-from tfplaceto.baselines import _common, heft, local_search, m_etf, m_sct, m_topo
+from tfplaceto.baselines import common, heft, local_search, m_etf, m_sct, m_topo
 from tfplaceto.cluster import Cluster, Device, Link
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.problem import Problem, allowed_devices
@@ -202,7 +202,7 @@ def test_m_sct_favourite_children_follow_the_lp():
     # A fork 0 -> {1, 2} with a heavy edge to 1: 1 is 0's favourite child.
     graph = make_op_graph(["a", "b", "c"], ["Op"] * 3, [0, 0], [100_000_000, 1000], [0, 1], [1, 2])
     problem = problem_of(graph, make_cluster(2), np.full(3, 1 * MS))
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     child, bonus = m_sct.favourite_children(inst, *m_sct.lp_solution(inst))
     assert child.tolist() == [1, -1, -1] and bonus[0] > 0.09  # 100 MB at 1 GB/s
 
@@ -294,7 +294,7 @@ def test_ties_go_to_the_longer_path_or_the_topological_order():
     assert m_etf.place(problem).tolist() == level.tolist()
 
 
-@pytest.mark.parametrize("model", ("none",) + _common.COMM_MODELS)
+@pytest.mark.parametrize("model", ("none",) + common.COMM_MODELS)
 def test_heft_queues_transfers_by_model(model):
     # HEFT's own model lets all three transfers overlap; link queues too (one link each); one
     # channel serializes device 0's sends, so the third child (finishing at 3.2 ms remotely)
@@ -319,7 +319,7 @@ def sct_problem() -> Problem:
 
 def test_m_sct_awake_device_waits_for_the_favourite_child():
     problem = sct_problem()
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     child, _ = m_sct.favourite_children(inst, *m_sct.lp_solution(inst), cutoff=m_sct.BAECHI_CUTOFF)
     assert child[0] == 1
     # The paper's rule: device 0 is awake for child 1, so node 2 (not urgent: it can start at
@@ -333,7 +333,7 @@ def test_m_sct_awake_device_waits_for_the_favourite_child():
 
 def test_m_sct_cutoff_decides_which_lp_values_count_as_favourite():
     problem = two_chains()
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     data, y = m_sct.lp_solution(inst)
     half = np.full_like(y, 0.5)
     assert (m_sct.favourite_children(inst, data, half, cutoff=0.1)[0] == -1).all()  # needs y > 0.9
@@ -427,7 +427,7 @@ def place_or_none(method: str, problem: Problem, seed: int = 0):
 @PROPERTY_SETTINGS
 @given(random_problems())
 def test_schedulers_respect_kernels_and_baechi_memory(problem):
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     for method in ("m_etf", "m_sct"):
         device_of = place_or_none(method, problem)
         if device_of is None:
@@ -454,7 +454,7 @@ def test_every_placer_honours_ties_and_is_deterministic(problem):
 @given(random_problems())
 def test_local_search_is_never_worse_than_its_start(problem):
     simulator = problem.simulator()
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     starts = [place_or_none(m, problem) for m in local_search.START_METHODS]
     best_start = min(local_search._score(simulator.run(d), inst.memory) for d in starts if d is not None)
     result = place("local_search", problem)

@@ -123,3 +123,15 @@ def test_joined_classes_number_classes_by_their_first_item():
     assert joined_classes(5, [(3, 1), (4, 0)]).tolist() == [0, 1, 2, 1, 0]
     assert joined_classes(6, [(5, 2), (2, 4), (1, 1)]).tolist() == [0, 1, 2, 3, 2, 2]
     assert joined_classes(3, []).tolist() == [0, 1, 2]
+
+
+def test_csr_groups_values_by_key_in_their_order():
+    from tfplaceto.graph.op_graph import csr
+
+    ptr, positions = csr([2, 0, 2, 1, 0], 4)
+    assert ptr.tolist() == [0, 2, 3, 5, 5] and positions.tolist() == [1, 4, 3, 0, 2]
+    ptr, grouped = csr(np.array([1, 0, 1], np.int32), 2, np.array([7, 8, 9]), np.int32)
+    assert grouped.dtype == np.int32 and grouped.flags.c_contiguous and grouped.flags.writeable
+    assert [grouped[ptr[k]:ptr[k + 1]].tolist() for k in range(2)] == [[8], [7, 9]]
+    ptr, grouped = csr(np.zeros(0, np.int32), 3)
+    assert ptr.tolist() == [0, 0, 0, 0] and grouped.size == 0

@@ -103,3 +103,19 @@ def test_apply_placement_rejects_placements_it_cannot_use(bad):
     else:
         placed = tp.apply_placement(graph_def, bad)  # unknown ops are ignored; a gets the default
         assert placed.node[0].device.endswith("CPU:0")
+
+
+def test_device_resolver_by_name_scope_and_default():
+    from tfplaceto.rewrite import DeviceResolver
+
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:{}".format
+    resolver = DeviceResolver({"a/x": gpu(0), "a/y": gpu(1), "a/b/z": gpu(1), "c": gpu(0), "d": gpu(0)})
+    assert resolver.device_of["a/x"] == gpu(0) and resolver.default == gpu(0)
+    assert resolver.scope_device("a") == gpu(1)  # two of the three ops under a/
+    assert resolver.scope_device("a/b") == gpu(1) and resolver.scope_device("e") is None
+    assert resolver.scope_device(None) is None
+    assert resolver.enclosing_scope_device("a/b/new") == gpu(1)
+    assert resolver.enclosing_scope_device("a/new") == gpu(1)
+    assert resolver.enclosing_scope_device("elsewhere/new") == gpu(0)  # the default
+    tie = DeviceResolver({"s/p": gpu(1), "s/q": gpu(0)})
+    assert tie.scope_device("s") == gpu(1) and tie.default == gpu(1)  # ties: the first placed

@@ -332,7 +332,7 @@ def test_placer_is_valid_deterministic_and_never_worse_than_the_best_baseline():
 def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     # Chains of 3 with 100 MB between links (4 ms over NVLink, each op 1 ms): from "all on one
     # device" every single move adds a transfer (worse), only moving a whole chain helps.
-    from tfplaceto.baselines import _common, local_search
+    from tfplaceto.baselines import common, local_search
 
     problem = two_chains(megabytes=100)
     simulator = problem.simulator()
@@ -342,7 +342,7 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     assert simulator.run(climbed)[0] == pytest.approx(6e-3)  # stuck
     best = Best()
     best.offer(simulator.run(start)[0], False, start)
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
     found = search.improve(problem, best, [(search.random_window_moves(problem, 3), 2)], seed=0,
                            patience=50, neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))

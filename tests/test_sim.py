@@ -27,13 +27,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # tfplaceto importable without an install
     sys.path.insert(0, str(ROOT))
 
+import tfplaceto.costs  # noqa: E402
 from tfplaceto import errors  # noqa: E402
 from tfplaceto.cluster import Cluster, Device, Link  # noqa: E402
 from tfplaceto.costs.cost_profile import CostProfile  # noqa: E402
 from tfplaceto.graph.op_graph import OpGraph, make_op_graph  # noqa: E402
 from tfplaceto.placement import Placement  # noqa: E402
 from tfplaceto.sim import SimResult, Simulator, lower_bound, simulate  # noqa: E402
-from tfplaceto.sim import simulator as simulator_module  # noqa: E402
 
 SETTINGS = settings(derandomize=True, max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -450,14 +450,13 @@ def test_bad_inputs_raise_typed_errors(monkeypatch):
         simulate(graph, [0, 1], cluster, np.array([[1.0, np.nan], [1.0, 1.0]]))
     with pytest.raises(errors.CostProfileError):
         simulate(graph, [0, 1], cluster, -compute)
-    monkeypatch.setattr(simulator_module, "_PROFILERS", ())
-    with pytest.raises(errors.CostProfileError, match="no costs given"):
+    with pytest.raises(errors.CostProfileError, match="no GraphDef"):  # the analytical profile needs one
         simulate(graph, [0, 1], cluster)
     with pytest.raises(errors.CostProfileError):
         lower_bound(graph, cluster)
 
 
-def test_default_costs_come_from_the_profiler_hook(monkeypatch):
+def test_default_costs_come_from_the_analytical_profile(monkeypatch):
     graph = chain([10])
     cluster = make_cluster(2)
     calls = []
@@ -466,7 +465,7 @@ def test_default_costs_come_from_the_profiler_hook(monkeypatch):
         calls.append(source)
         return CostProfile(op_graph.names, cluster_.kinds, np.full((2, len(cluster_.kinds)), 0.5))
 
-    monkeypatch.setattr(simulator_module, "_find_profiler", lambda: fake_profile)
+    monkeypatch.setattr(tfplaceto.costs, "profile", fake_profile)
     assert simulate(graph, [0, 0], cluster).step_time_s == 1.0
     assert lower_bound(graph, cluster) == 1.0
     assert calls == ["analytical", "analytical"]

@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:  # tfplaceto importable without an install
 
 from tfplaceto import errors  # noqa: E402
 from tfplaceto.graph import sources  # noqa: E402
-from tfplaceto.graph.sources import initialize_variables, load_source  # noqa: E402
+from tfplaceto.graph.sources import load_source  # noqa: E402
+from tfplaceto.measure.session import initialize_variables  # noqa: E402
 
 CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
 

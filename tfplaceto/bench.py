@@ -21,10 +21,10 @@ import numpy as np
 from tfplaceto import checks, errors
 from tfplaceto.cluster import as_cluster
 from tfplaceto.costs import profile
-from tfplaceto.graph import import_graph
+from tfplaceto.graph import BUILTIN_PREFIX, builtin, import_graph
 from tfplaceto.graph.implementations import target_device_type
 from tfplaceto.outputs import atomic_write
-from tfplaceto.place import place_problem
+from tfplaceto.place import METHODS, check_method, place_problem
 from tfplaceto.problem import make_problem
 from tfplaceto.sim import lower_bound
 
@@ -60,9 +60,6 @@ def _source(graph_name: str) -> str:
 
 def check_arguments(graphs: Sequence[str], clusters: Sequence[str], methods: Sequence[str]) -> None:
     """Typed errors for an unknown graph, cluster or method, before any graph is imported."""
-    from tfplaceto.graph import BUILTIN_PREFIX, builtin
-    from tfplaceto.place import METHODS, check_method
-
     for name in graphs:
         source = _source(name)
         if source.startswith(BUILTIN_PREFIX):

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import checks, errors
+from tfplaceto import checks, errors, outputs
 from tfplaceto.graph.op_graph import DEVICE_TYPES
 from tfplaceto.protos import cluster_pb2
 
@@ -323,8 +323,6 @@ class Cluster:
         """Writes the cluster as a text proto (binary for a ".pb" path), atomically."""
         from google.protobuf import text_format
 
-        from tfplaceto import outputs
-
         proto = self.to_proto()
         data = (proto.SerializeToString(deterministic=True) if str(path).endswith(".pb")
                 else text_format.MessageToString(proto).encode())
@@ -370,7 +368,7 @@ class Cluster:
         Logical CPU devices are real: a session created with
         `ConfigProto(device_count={"CPU": cpus})` has exactly these devices (see `session_config`).
         """
-        host_memory = _host_memory_bytes()
+        host_memory = host_memory_bytes()
         cores = os.cpu_count() or 1
         cpu = dict(type="CPU", model="host", peak_gflops=16.0 * cores * 2.5,
                    memory_bandwidth_gbs=20.0, num_cores=cores, frequency_mhz=2500.0)
@@ -439,7 +437,8 @@ def session_config(cluster: Cluster):
                                     inter_op_parallelism_threads=0)
 
 
-def _host_memory_bytes() -> int:
+def host_memory_bytes() -> int:
+    """This machine's physical memory (16 GiB when the OS does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

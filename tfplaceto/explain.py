@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from tfplaceto.errors import format_bytes
+from tfplaceto.sim import Simulator
 
 TOP_LEVEL = "(top level)"
 _BACKWARD_PREFIXES = ("gradient_tape/", "gradients/")
@@ -76,8 +77,6 @@ class LayerTable:
 
 def layer_table(op_graph, placement, cluster, costs=None) -> LayerTable:
     """Per-layer figures of a placement, from one op-level simulated step."""
-    from tfplaceto.sim import Simulator
-
     simulator = Simulator(op_graph, cluster, costs.per_device(op_graph, cluster) if costs is not None else None)
     device_of = simulator.device_array(placement)
     sim = simulator.result(device_of)

@@ -8,7 +8,8 @@ Map of the file:
   ensure_devices       makes a cluster's devices usable by eager TensorFlow here, or raises.
   PlacementCallback    on_train_begin: optimize the model's training step and make fit run it
                        placed; batch hooks: time the steps; on_train_end: report and restore.
-  _DeviceChooser       the device function that carries the placement into the traced step.
+  _DeviceChooser       the device function that carries the placement into the traced step
+                       (op names resolved by `tfplaceto.rewrite.DeviceResolver`).
 
 How the placement is enforced. `fit` runs `model.train_function`, a tf.function whose body calls
 `model.train_step(data)`. At on_train_begin the callback places the same step, traced the same
@@ -45,6 +46,7 @@ import tensorflow as tf
 from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
 from tfplaceto.place import OptimizeResult, check_method
+from tfplaceto.rewrite import DeviceResolver
 
 _VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
 
@@ -334,14 +336,8 @@ class _DeviceChooser:
     """A graph device function: Operation -> device from a placement (see module docstring)."""
 
     def __init__(self, placement):
-        self.device_of = {op: canonical_device_name(device) for op, device in placement.items()}
-        self.default = collections.Counter(self.device_of.values()).most_common(1)[0][0]
-        under: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        for op, device in self.device_of.items():
-            parts = op.split("/")
-            for i in range(1, len(parts)):
-                under["/".join(parts[:i])][device] += 1
-        self.scope_device = {scope: counts.most_common(1)[0][0] for scope, counts in under.items()}
+        self.resolver = DeviceResolver(placement)
+        self.device_of = self.resolver.device_of
         self.assigned: dict[str, str] = {}  # traced op name -> the device it was given
         self.by_name: set[str] = set()  # traced ops that found their own name in the placement
         self.by_scope: set[str] = set()  # traced ops that took their name scope's device
@@ -356,17 +352,9 @@ class _DeviceChooser:
             self.by_name.add(op.name)
         else:
             self.by_scope.add(op.name)
-            device = self._scope_device(op.name)
+            device = self.resolver.enclosing_scope_device(op.name)
         self.assigned[op.name] = device
         return device
-
-    def _scope_device(self, name: str) -> str:
-        parts = name.split("/")
-        for i in range(len(parts) - 1, 0, -1):
-            device = self.scope_device.get("/".join(parts[:i]))
-            if device is not None:
-                return device
-        return self.default
 
 
 def _check_log_dir(log_dir) -> None:

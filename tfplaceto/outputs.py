@@ -1,14 +1,19 @@
-"""Writing outputs: atomically, all or nothing, never over an input, no temporaries left behind.
+"""The package's file utilities: every file it writes is written here, atomically and durably, all
+or nothing, never over an input, no temporaries left behind; its proto files are read back here.
 
-- `atomic_write(path, data)`: a temporary file beside `path`, then one rename, so a reader never
-  sees half a file; an OSError becomes `OutputPathError` (one line, the path and the reason).
+- `atomic_write(path, data)`: a temporary file beside `path`, synced to disk, then one rename
+  (and a sync of the directory), so a reader never sees half a file, even after a crash; an
+  OSError becomes `OutputPathError` (one line, the path and the reason).
+- `atomic_directory(directory)`: the same for a whole directory (a trained policy, a rewritten
+  SavedModel): fill the temporary it yields; on a clean exit it replaces `directory`.
+- `read_proto(path, proto_type, error_type)`: a binary proto file back, or one line of error.
 - `check_output_path(path, ...)`: the checks to run before any work: a non-empty path, not a
   directory, its directory writable (probed, not guessed from permission bits: root is refused by
   /proc too), not an input or inside one, and existing only when overwriting is allowed.
 - `OutputSet`: the outputs of one command as a transaction. All paths are checked when it is made
   (before the work); `stage(path)` gives a temporary path beside each output for the writer; on a
-  clean exit every staged file is renamed into place, on any exception (Ctrl-C included) every
-  temporary is removed and nothing is written.
+  clean exit every staged file is synced and renamed into place, on any exception (Ctrl-C
+  included) every temporary is removed and nothing is written.
 - Temporaries are named `.tfplaceto-tmp-<pid>-<random>-<name>`. A SIGKILLed run cannot remove
   its own, so `remove_stale_temporaries(directory)` deletes those whose process is gone; every
   write into a directory calls it first.
@@ -21,7 +26,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tfplaceto import errors
 
@@ -109,13 +114,103 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_directory(directory)
     except OSError as e:
         _discard(tmp)
         raise _path_error(path, e) from None
     except BaseException:
         _discard(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_directory(directory: str | os.PathLike) -> Iterator[str]:
+    """Yields a temporary directory beside `directory` for the caller to fill.
+
+    On a clean exit its files are synced and it replaces `directory` in one rename (an existing
+    `directory` is moved aside to another temporary first, and deleted after); on any exception
+    the temporary is removed and an existing `directory` is left as it was. An OSError becomes
+    `OutputPathError`. Temporaries are named as ours (`make_temp_dir`), so a SIGKILLed run's are
+    removed by the next write beside them.
+    """
+    directory = os.fspath(directory)
+    parent = os.path.dirname(os.path.abspath(directory))
+    tmp = make_temp_dir(parent)
+    old = None
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        if os.path.isdir(directory):
+            old = make_temp_dir(parent)  # rename cannot replace a directory portably
+            os.rename(directory, os.path.join(old, "replaced"))
+        os.rename(tmp, directory)
+        _fsync_directory(parent)
+    except OSError as error:
+        _discard(tmp)
+        _restore(old, directory)
+        raise errors.OutputPathError(f"cannot write {directory!r}: {error.strerror or error}") from None
+    except BaseException:
+        _discard(tmp)
+        _restore(old, directory)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore(old: str | None, directory: str) -> None:
+    """Puts a directory moved aside back (the rename of the new one did not happen)."""
+    if old is None:
+        return
+    replaced = os.path.join(old, "replaced")
+    if os.path.isdir(replaced) and not os.path.lexists(directory):
+        os.rename(replaced, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_directory(directory: str) -> None:
+    """Makes a rename in `directory` durable (where the file system lets a directory be synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    """Syncs every file under root, then every directory (deepest first)."""
+    directories = []
+    for path, _, files in os.walk(root):
+        directories.append(path)
+        for name in files:
+            _fsync_file(os.path.join(path, name))
+    for path in reversed(directories):
+        _fsync_directory(path)
+
+
+def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):
+    """Parses a binary proto file; an unreadable or malformed file raises error_type, one line."""
+    proto = proto_type()
+    try:
+        with open(path, "rb") as f:
+            proto.ParseFromString(f.read())
+    except OSError as e:
+        raise error_type(f"cannot read {path}: {e.strerror}") from None
+    except Exception:  # protobuf's DecodeError
+        raise error_type(f"{path} is not a tfplaceto {proto_type.DESCRIPTOR.name} proto") from None
+    return proto
 
 
 def _discard(path: str | None) -> None:
@@ -235,7 +330,10 @@ class OutputSet:
     def commit(self) -> None:
         try:
             for final, tmp in self._staged.items():
+                _fsync_file(tmp)
                 os.replace(tmp, final)
+            for directory in {os.path.dirname(final) for final in self._staged}:
+                _fsync_directory(directory)
         except OSError as e:
             self.discard()
             raise _path_error(final, e) from None

@@ -18,14 +18,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfplaceto import baselines, checks, errors, progress
+from tfplaceto import baselines, checks, errors, explain, progress
 from tfplaceto.baselines import COMPARED_BASELINES
 from tfplaceto.cluster import Cluster, as_cluster
+from tfplaceto.costs import profile
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.costs.unknown_shapes import UnknownShapes, count_unknown_shapes, warn_if_unknown
+from tfplaceto.graph import import_graph
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.placement import Placement
 from tfplaceto.problem import Problem, make_problem
+from tfplaceto.rewrite import apply_placement
+from tfplaceto.sim import Simulator, lower_bound, simulate
 
 METHODS = ("single", "random", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft",
            "local_search", "placeto", "placeto_policy")
@@ -35,8 +39,6 @@ BEST_OF_METHODS = ("placeto", "auto")
 
 
 def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
-    from tfplaceto.costs import profile
-
     if isinstance(costs, CostProfile):
         costs.check(op_graph)
         return costs
@@ -45,26 +47,22 @@ def _resolve_costs(op_graph: OpGraph, cluster: Cluster, costs) -> CostProfile:
     return profile(op_graph, cluster, source=costs)
 
 
-def _check_method(method: str) -> None:
+def check_method(method: str) -> None:
+    """InvalidMethodError unless `method` is one of METHODS or "auto" (bench and the Keras
+    callback check before importing anything)."""
     if method not in METHODS and method != "auto":
         raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
-    if method != "auto" and method not in POLICY_METHODS and method not in baselines.available():
-        raise errors.InvalidMethodError(f"method {method!r} is not available in this installation")
-
-
-check_method = _check_method  # public: bench checks its methods before importing any graph
 
 
 def place_problem(problem: Problem, method: str, seed: int = 0, budget_s: float | None = None,
                   policy=None, start: str | None = None) -> np.ndarray:
     """Node-level device indices for a Problem (no expansion to ops)."""
-    if method == "placeto":
+    if method in POLICY_METHODS:
+        # Imported here: the policy stack (Sonnet, graph_nets, TF-Agents) loads only when it is used.
         from tfplaceto import placeto
-
+    if method == "placeto":
         return placeto.place(problem, seed=seed, budget_s=budget_s, policy=policy)
     if method == "placeto_policy":
-        from tfplaceto import placeto
-
         return placeto.policy_placement(problem, policy=policy, start=start or "random", seed=seed)
     return baselines.run(method, problem, seed=seed, budget_s=budget_s)
 
@@ -79,7 +77,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     placement drawn with `seed`), "single" or "baseline".
     """
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
-    _check_method(method)
+    check_method(method)
     if method not in POLICY_METHODS and (policy is not None or start is not None):
         raise errors.InvalidMethodError(f"policy= and start= apply to {' and '.join(POLICY_METHODS)}, "
                                         f"not to {method!r}")
@@ -87,7 +85,7 @@ def place(op_graph: OpGraph, cluster: Cluster | str, method: str = "placeto", co
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
     if method == "auto":
-        results = _evaluate(problem, _compared(), seed, _op_simulator(op_graph, cluster, costs))
+        results = _evaluate(problem, list(COMPARED_BASELINES), seed, _op_simulator(op_graph, cluster, costs))
         method = _best(results)
         device_of = results[method][2]
     else:
@@ -109,15 +107,8 @@ def _describe(source) -> str:
     return f"{type(source).__name__} {name!r}" if isinstance(name, str) else type(source).__name__
 
 
-def _compared() -> list[str]:
-    """The fast baselines optimize compares against that this installation has."""
-    return [m for m in COMPARED_BASELINES if m in baselines.available()]
-
-
 def _op_simulator(op_graph: OpGraph, cluster: Cluster, costs: CostProfile):
     """The simulator that scores candidates: op level, so reported figures match `simulate`."""
-    from tfplaceto.sim import Simulator
-
     return Simulator(op_graph, cluster, costs.per_device(op_graph, cluster))
 
 
@@ -170,8 +161,6 @@ class OptimizeResult:
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
-        from tfplaceto.sim import simulate
-
         return simulate(self.op_graph, self.placement, self.cluster, self.costs)
 
     def summary(self) -> dict:
@@ -194,8 +183,6 @@ class OptimizeResult:
         return summary
 
     def _layers(self):
-        from tfplaceto import explain
-
         if self.op_graph is None or self.cluster is None:
             raise errors.TfplacetoError("this result has no graph or cluster to explain")
         return explain.layer_table(self.op_graph, self.placement, self.cluster, self.costs)
@@ -203,15 +190,11 @@ class OptimizeResult:
     def explain(self) -> str:
         """A per-layer (name-scope) table of the placement: layer, device, ops, compute ms, bytes
         in and out across devices; then the simulated peak memory per device (GiB)."""
-        from tfplaceto import explain
-
         return explain.format_table(self._layers())
 
     def device_scopes(self) -> dict[str, str]:
         """Layer name scope (as in `explain()`) -> the device running most of its compute, for
         `with tf.device(scopes[name]):` around that layer in your own model code."""
-        from tfplaceto import explain
-
         return explain.device_scopes(self._layers())
 
 
@@ -230,15 +213,11 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     baseline) return the best placement evaluated; any other method named explicitly returns
     that method's placement, with the baselines' figures in `baselines` for comparison.
     """
-    from tfplaceto.graph import import_graph
-    from tfplaceto.rewrite import apply_placement
-    from tfplaceto.sim import lower_bound
-
     began = time.perf_counter()
     seed, budget_s = checks.check_seed(seed), checks.check_budget(budget_s)
     checks.check_batch_size(batch_size)
     cluster = as_cluster(cluster)
-    _check_method(method)
+    check_method(method)
     if not isinstance(graph_def, OpGraph):
         progress.stage(f"importing {_describe(graph_def)}")
     op_graph = graph_def if isinstance(graph_def, OpGraph) else import_graph(graph_def, fetches, batch_size,
@@ -246,7 +225,7 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     progress.stage(f"profiling {op_graph.num_ops} ops for {cluster.name}")
     costs = _resolve_costs(op_graph, cluster, costs)
     problem = make_problem(op_graph, cluster, costs)
-    compared = _compared()
+    compared = list(COMPARED_BASELINES)
     simulator = _op_simulator(op_graph, cluster, costs)
     shapes = count_unknown_shapes(op_graph, simulator.compute_s)
     warn_if_unknown(shapes)

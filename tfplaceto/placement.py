@@ -1,10 +1,9 @@
 """`Placement`: the device of every op, and its conversions.
 
 A Placement maps op (or group) names to full device names. Internally placers work with an int
-array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`);
-`expand` turns a placement of groups into a placement of the ops in them. On disk it is the
-`tfplaceto.Placement` proto (protos/placement.proto), written atomically (`outputs.atomic_write`,
-also importable from here).
+array over the nodes of an OpGraph and the devices of a Cluster (`to_indices`/`from_indices`).
+On disk it is the `tfplaceto.Placement` proto (protos/placement.proto), written and read through
+`tfplaceto.outputs`; `load` also takes a placed GraphDef (`from_graph_def`: its nodes' devices).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.outputs import atomic_write
+from tfplaceto.outputs import atomic_write, read_proto
 from tfplaceto.protos import placement_pb2
 
 
@@ -109,14 +108,6 @@ def as_placement(placement: Placement | Mapping[str, str]) -> Placement:
     return placement if isinstance(placement, Placement) else Placement(placement)
 
 
-def expand(group_placement: Placement, op_graph: OpGraph, op_to_group: np.ndarray,
-           group_names: tuple[str, ...]) -> Placement:
-    """The op placement implied by a placement of groups (op i goes where its group goes)."""
-    devices = [group_placement[g] for g in group_names]
-    return Placement({op: devices[g] for op, g in zip(op_graph.names, op_to_group)},
-                     group_placement.method, group_placement.notes)
-
-
 def _placed_graph_def(path: str | os.PathLike):
     """The GraphDef in path if it is one whose nodes carry devices, else None. (A Placement proto
     parses as a GraphDef too, protobuf being lenient, but its "nodes" never have a device.)"""
@@ -139,16 +130,3 @@ def _placed_graph_def(path: str | os.PathLike):
     if graph_def.node and any(node.device for node in graph_def.node) and all(node.op for node in graph_def.node):
         return graph_def
     return None
-
-
-def read_proto(path: str | os.PathLike, proto_type, error_type: type[Exception]):
-    """Parses a binary proto file; an unreadable or malformed file raises error_type, one line."""
-    proto = proto_type()
-    try:
-        with open(path, "rb") as f:
-            proto.ParseFromString(f.read())
-    except OSError as e:
-        raise error_type(f"cannot read {path}: {e.strerror}") from None
-    except Exception:  # protobuf's DecodeError
-        raise error_type(f"{path} is not a tfplaceto {proto_type.DESCRIPTOR.name} proto") from None
-    return proto

@@ -23,9 +23,10 @@ import time
 
 import numpy as np
 
-from tfplaceto import search
+from tfplaceto import errors, search
 from tfplaceto.policy.checkpoint import resolve_policy
 from tfplaceto.problem import Problem
+from tfplaceto.rl.train import Actor, greedy_placements, train
 
 STARTS = ("random", "single", "baseline")
 POLICY_PERTURBATIONS = 2  # policy episodes per search round
@@ -37,11 +38,7 @@ def policy_placement(problem: Problem, policy=None, start: str = "random", seed:
 
     `policy`: "shipped" (default), "untrained", a policy directory or a PlacetoNetwork.
     """
-    from tfplaceto.rl.train import greedy_placements
-
     if start not in STARTS:
-        from tfplaceto import errors
-
         raise errors.InvalidArgumentError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     network = resolve_policy(policy, seed)
     return greedy_placements(problem, network, start=start, starts=1, seed=seed)[0]
@@ -69,8 +66,6 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
       policy: "shipped" (default), "untrained", a policy directory, or a PlacetoNetwork (which
         fine-tuning updates).
     """
-    from tfplaceto.rl.train import Actor, train
-
     began = time.perf_counter()
     deadline = began + max(budget_s or 0.0, search.BUDGET_S)
     network = resolve_policy(policy, seed)

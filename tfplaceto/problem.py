@@ -21,6 +21,7 @@ from tfplaceto.cluster import DEVICE_TYPES, Cluster
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
 from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.sim import Simulator
 
 # Graphs up to this many ops are placed op by op; larger ones are grouped first.
 GROUPING_THRESHOLD = 512
@@ -52,8 +53,6 @@ class Problem:
         """The compiled simulator for this problem (built once, cached)."""
         cached = self.__dict__.get("_simulator")
         if cached is None:
-            from tfplaceto.sim import Simulator
-
             cached = Simulator(self.graph, self.cluster, self.compute_s)
             object.__setattr__(self, "_simulator", cached)
         return cached

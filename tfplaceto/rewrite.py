@@ -10,6 +10,11 @@ where every node, including the nodes inside the function library, carries a dev
   placed consumer, else the placement's most used device;
 - finally colocation is enforced: every member of a `loc:@x` class and every op reading or
   updating a resource goes where the class's anchor (the variable) went, as TF's placer requires.
+
+`DeviceResolver` is the name -> device lookup behind it, shared with the Keras callback and the
+SavedModel rewrite (whose op names differ from the placed ones): a placed name's device; the
+device most placed ops under a name scope got (`scope_device`, `enclosing_scope_device`); the
+placement's most used device (`default`).
 """
 
 from __future__ import annotations
@@ -19,11 +24,39 @@ from collections.abc import Mapping
 
 from tfplaceto import errors
 from tfplaceto.cluster import canonical_device_name
-from tfplaceto.graph.from_graph_def import parse_input
+from tfplaceto.graph.from_graph_def import CALL_OPS, called_function, parse_input
 from tfplaceto.graph.op_graph import joined_classes
 from tfplaceto.placement import Placement, as_placement
 
-_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+
+class DeviceResolver:
+    """Devices for op names from a placement (canonical device names; see the module docstring).
+
+    `device_of`: placed name -> device. `default`: the most used device (ties: the first placed).
+    """
+
+    def __init__(self, placement: Mapping[str, str]):
+        self.device_of = {op: canonical_device_name(device) for op, device in placement.items()}
+        self.default = collections.Counter(self.device_of.values()).most_common(1)[0][0]
+        under: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for op, device in self.device_of.items():
+            parts = op.split("/")
+            for i in range(1, len(parts)):
+                under["/".join(parts[:i])][device] += 1
+        self._scope_device = {scope: counts.most_common(1)[0][0] for scope, counts in under.items()}
+
+    def scope_device(self, scope: str | None) -> str | None:
+        """The device most placed ops named `scope/...` got (ties: the first placed), or None."""
+        return None if scope is None else self._scope_device.get(scope)
+
+    def enclosing_scope_device(self, name: str) -> str:
+        """The device of the innermost name scope around `name` that has placed ops, else `default`."""
+        parts = name.split("/")
+        for i in range(len(parts) - 1, 0, -1):
+            device = self._scope_device.get("/".join(parts[:i]))
+            if device is not None:
+                return device
+        return self.default
 
 
 def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
@@ -37,21 +70,21 @@ def apply_placement(graph_def, placement: Placement | Mapping[str, str]):
         raise errors.InvalidGraphError("the placement is empty")
     for device in set(placement.values()):
         _check_device_name(device)
-    device_of = {op: canonical_device_name(d) for op, d in placement.items()}
+    resolver = DeviceResolver(placement)
+    device_of, default = resolver.device_of, resolver.default
     result = tf.compat.v1.GraphDef()
     result.CopyFrom(graph_def)
     nodes = {n.name: n for n in result.node}
     functions = {f.signature.name: f for f in result.library.function}
-    default = collections.Counter(device_of.values()).most_common(1)[0][0]
 
     chosen: dict[str, str] = {}
     for node in result.node:
         if node.name in device_of:
             chosen[node.name] = device_of[node.name]
             continue
-        inner = [d for op, d in device_of.items() if op.startswith(node.name + "/")]
-        if inner and called_function(node, functions):
-            chosen[node.name] = collections.Counter(inner).most_common(1)[0][0]
+        inner = resolver.scope_device(node.name)
+        if inner is not None and called_function(node, functions):
+            chosen[node.name] = inner
     _fill_unplaced(result, nodes, chosen, default)
     _enforce_colocation(result, nodes, chosen)
     for node in result.node:
@@ -72,15 +105,6 @@ def _check_device_name(device) -> None:
         raise errors.InvalidClusterError(
             f"the placement names the device {device!r}, which is not a TensorFlow device name such "
             "as '/job:localhost/replica:0/task:0/device:GPU:0'")
-
-
-def called_function(node, functions):
-    """The FunctionDef a node calls (by op name or through a PartitionedCall), or None."""
-    if node.op in functions:
-        return functions[node.op]
-    if node.op in _CALL_OPS and "f" in node.attr:
-        return functions.get(node.attr["f"].func.name)
-    return None
 
 
 def _fill_unplaced(graph_def, nodes, chosen, default) -> None:
@@ -121,7 +145,7 @@ def _enforce_colocation(graph_def, nodes, chosen) -> None:
             src, _, control = parse_input(inp)
             if control or src not in nodes:
                 continue
-            if nodes[src].op in ("VarHandleOp", "VariableV2") and node.op not in _CALL_OPS | {"While", "If"}:
+            if nodes[src].op in ("VarHandleOp", "VariableV2") and node.op not in CALL_OPS | {"While", "If"}:
                 joined.append((i, index[src]))
     classes = joined_classes(len(names), joined)
     anchor: dict[int, str] = {}

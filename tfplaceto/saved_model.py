@@ -40,14 +40,14 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from tfplaceto import checks, errors, outputs
-from tfplaceto.cluster import Cluster, as_cluster, canonical_device_name
+from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.graph import check_batch_size
-from tfplaceto.place import METHODS, OptimizeResult
-from tfplaceto.rewrite import called_function
+from tfplaceto.graph.from_graph_def import called_function
+from tfplaceto.place import OptimizeResult, check_method
+from tfplaceto.rewrite import DeviceResolver
 
 _PROTO_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _FINGERPRINT_FILE = "fingerprint.pb"
-_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 
 
 def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Cluster | str,
@@ -88,8 +88,7 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
     from tfplaceto.place import optimize
 
     cluster = as_cluster(cluster)
-    if method not in METHODS and method != "auto":
-        raise errors.InvalidMethodError(f"unknown method {method!r}; methods: {', '.join(METHODS)}, auto")
+    check_method(method)
     check_batch_size(batch_size)
     budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
     src_dir, proto_file = _check_source(src_dir)
@@ -235,17 +234,12 @@ class _SignaturePlacer:
     """Writes one signature's placement into the functions its wrapper reaches."""
 
     def __init__(self, result: OptimizeResult, functions: Mapping, placed_functions: dict[str, str]):
-        self.device_of = {op: canonical_device_name(device) for op, device in result.placement.items()}
+        # Lowered control flow and other renamed ops are found by the name scope of the node
+        # they came from (`DeviceResolver.scope_device`).
+        self.resolver = DeviceResolver(result.placement)
+        self.device_of, self.default = self.resolver.device_of, self.resolver.default
         self.functions = functions
         self.placed_functions = placed_functions
-        self.default = collections.Counter(self.device_of.values()).most_common(1)[0][0]
-        # name scope -> Counter of the devices of the placed ops under it (lowered control flow
-        # and other renamed ops are found by the scope of the node they came from).
-        self.under: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        for op, device in self.device_of.items():
-            parts = op.split("/")
-            for i in range(1, len(parts)):
-                self.under["/".join(parts[:i])][device] += 1
 
     def place_function(self, function, prefix: str | None, fallback: str) -> str:
         """Places the body of function, whose inlined copy is named prefix + node name.
@@ -284,8 +278,7 @@ class _SignaturePlacer:
         return devices
 
     def _scope_device(self, name: str | None, fallback: str) -> str:
-        counts = self.under.get(name) if name is not None else None
-        return counts.most_common(1)[0][0] if counts else fallback
+        return self.resolver.scope_device(name) or fallback
 
 
 def _attr_functions(node, functions) -> list:
@@ -315,18 +308,11 @@ def _record_variable_devices(meta_graph, wrapper, device_of: Mapping[str, str], 
 # -- writing the directory --------------------------------------------------------------------------
 
 def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) -> None:
-    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it.
-
-    An existing dst_dir (empty, or replaced with overwrite=True) is moved aside to another
-    temporary first and deleted after the rename. Temporaries are named as tfplaceto's
-    (`outputs.make_temp_dir`), so a SIGKILLed run's are removed by the next write beside them.
-    """
+    """Copies src_dir with the new proto into a temporary sibling of dst_dir, then renames it
+    (`outputs.atomic_directory`: an existing dst_dir is replaced only once the copy is whole)."""
     from google.protobuf import text_format
 
-    parent = os.path.dirname(dst_dir)
-    tmp = outputs.make_temp_dir(parent)
-    old = None
-    try:
+    with outputs.atomic_directory(dst_dir) as tmp:
         _copy_tree(src_dir, tmp, skip={proto_file, _FINGERPRINT_FILE})
         if proto_file.endswith(".pbtxt"):
             data = text_format.MessageToString(saved_model).encode()
@@ -337,30 +323,6 @@ def _write_atomically(src_dir: str, dst_dir: str, proto_file: str, saved_model) 
         if os.path.exists(os.path.join(src_dir, _FINGERPRINT_FILE)):
             _write_fingerprint(tmp)
         _set_default_mode(tmp)
-        if os.path.isdir(dst_dir):
-            old = outputs.make_temp_dir(parent)  # rename cannot replace a directory portably
-            os.rename(dst_dir, os.path.join(old, "replaced"))
-        os.rename(tmp, dst_dir)
-    except OSError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _restore(old, dst_dir)
-        raise errors.OutputPathError(f"cannot write {dst_dir!r}: {error.strerror or error}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _restore(old, dst_dir)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _restore(old: str | None, dst_dir: str) -> None:
-    """Puts a dst_dir moved aside back (the rename of the new one did not happen)."""
-    if old is None:
-        return
-    replaced = os.path.join(old, "replaced")
-    if os.path.isdir(replaced) and not os.path.lexists(dst_dir):
-        os.rename(replaced, dst_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _copy_tree(src: str, dst: str, skip: set[str]) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfplaceto.baselines import _common, local_search, starting_placements
+from tfplaceto.baselines import common, local_search, starting_placements
 from tfplaceto.problem import Best, Problem
 
 Perturbation = Callable[[np.random.Generator, np.ndarray, int], list[np.ndarray]]
@@ -44,7 +44,7 @@ def block_moves(problem: Problem, inst=None) -> local_search.Moves:
     moves cannot move it when every class moved alone makes the step slower (it adds transfers
     both ways) while moving all of them together makes it faster.
     """
-    inst = inst or _common.prepare(problem)
+    inst = inst or common.prepare(problem)
     position = np.empty(inst.num_nodes, np.int64)
     position[inst.order] = np.arange(inst.num_nodes)
     classes = np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
@@ -55,7 +55,7 @@ def block_moves(problem: Problem, inst=None) -> local_search.Moves:
 
 def prepare_neighbourhoods(problem: Problem):
     """(inst, single-class moves, block moves) of `problem`: what every climb tries."""
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     return inst, local_search.class_moves(inst), block_moves(problem, inst)
 
 
@@ -91,7 +91,7 @@ def best_baseline(problem: Problem, seed: int = 0) -> Best:
 def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
     """A Perturbation: `window` consecutive classes (in topological order, at a random position)
     moved to random allowed devices."""
-    inst = _common.prepare(problem)
+    inst = common.prepare(problem)
     position = np.empty(inst.num_nodes, np.int64)
     position[inst.order] = np.arange(inst.num_nodes)
     members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]

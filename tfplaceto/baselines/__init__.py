@@ -2,14 +2,14 @@
 
 Each module defines `place(problem, seed=0, budget_s=None) -> np.ndarray`: the device index of
 every node of `problem.graph` (see tfplaceto/problem.py), honouring kernels (`problem.allowed`),
-colocation ties and device memory, deterministic given `seed`. `PLACERS` maps method names to
-them; `tfplaceto.place` is the public entry point.
+colocation ties and device memory, deterministic given `seed`. `METHODS` names them, `get`
+imports one (on first use: m-ETF compiles with numba, METIS loads pymetis); `common` holds what
+they (and `tfplaceto.search`) share; `tfplaceto.place` is the public entry point.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
@@ -30,17 +30,13 @@ _MODULES = {
     "heft": "heft",
     "local_search": "local_search",
 }
+METHODS = tuple(_MODULES)
 
 # Baselines tfplaceto.optimize and the policy compare against: fast and deterministic
 # (local_search needs a time budget).
 COMPARED_BASELINES = ("single", "round_robin", "expert", "metis", "m_topo", "m_etf", "m_sct", "heft")
 
 Placer = Callable[..., np.ndarray]
-
-
-def available() -> tuple[str, ...]:
-    """The baseline methods whose modules exist in this installation."""
-    return tuple(m for m in _MODULES if importlib.util.find_spec(f"tfplaceto.baselines.{_MODULES[m]}"))
 
 
 def get(method: str) -> Placer:
@@ -69,8 +65,6 @@ def starting_placements(problem: Problem, seed: int = 0) -> dict[str, np.ndarray
     simulator = problem.simulator()
     scored, failed = {}, []
     for method in COMPARED_BASELINES:
-        if method not in available():
-            continue
         try:
             placement = run(method, problem, seed=seed)
         except errors.UnplaceableError as e:

@@ -17,7 +17,7 @@ Ops no rule names (inputs, optimizer bookkeeping, loss) take the label of the ne
 exchange the most bytes with: parents first (in topological order), then children.
 
 Grouped problems are labelled through their ops (a group takes its ops' majority label). The
-result is repaired for kernels, ties and memory (`_common.repair`).
+result is repaired for kernels, ties and memory (`common.repair`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from tfplaceto.baselines import _common
+from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
 RNN_LAYER = re.compile(r"(encoder|decoder)[_/]?(?:lstm|gru|rnn)[_/]?(\d+)", re.IGNORECASE)
@@ -38,9 +38,9 @@ MAX_SCOPE_DEPTH = 6
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
     del seed, budget_s  # deterministic
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
-    accelerators = _common.accelerator_indices(problem)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
+    accelerators = common.accelerator_indices(problem)
     op_names = problem.grouping.op_graph.names if problem.grouping is not None else problem.graph.names
 
     rnn = _rnn_labels(op_names)
@@ -51,7 +51,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
         for i, index in enumerate(indices):
             device_of[labels == index] = accelerators[i % len(accelerators)]
         device_of[labels == _HEAD] = accelerators[-1]
-        return _common.repair(problem, inst, device_of)
+        return common.repair(problem, inst, device_of)
 
     layers, keys = _layer_labels(op_names, 2 * len(accelerators))
     labels = _propagate(inst, _node_labels(problem, layers))
@@ -59,7 +59,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
     layer_work = np.bincount(labels[labels >= 0], weights=work[labels >= 0], minlength=len(keys))
     image = np.array([bool(IMAGE_LAYER.search(k)) for k in keys], bool)
     if layer_work.sum() > 0 and layer_work[image].sum() >= 0.5 * layer_work.sum():
-        placed = _common.repair(problem, inst, np.full(inst.num_nodes, accelerators[0]), simulate=False)
+        placed = common.repair(problem, inst, np.full(inst.num_nodes, accelerators[0]), simulate=False)
         if not problem.simulator().run(placed)[2]:
             return placed
 
@@ -76,7 +76,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.
     layer_stage = np.zeros(len(keys), np.int64)
     layer_stage[sequence] = stage_of
     device_of = np.where(labels >= 0, accelerators[layer_stage[np.maximum(labels, 0)]], accelerators[0])
-    return _common.repair(problem, inst, device_of)
+    return common.repair(problem, inst, device_of)
 
 
 _HEAD = 1_000_000  # label of attention/softmax ops among RNN layer indices
@@ -137,7 +137,7 @@ def _node_labels(problem: Problem, op_labels: np.ndarray) -> np.ndarray:
     return np.where(counts.any(1), values[counts.argmax(1)], -1)
 
 
-def _propagate(inst: _common.Instance, labels: np.ndarray) -> np.ndarray:
+def _propagate(inst: common.Instance, labels: np.ndarray) -> np.ndarray:
     """Unlabelled nodes take the label of their heaviest labelled parent, then child."""
     labels = labels.copy()
     for order, neighbours, other in ((inst.order, inst.parents_of, inst.pair_src),

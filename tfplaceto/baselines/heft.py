@@ -9,11 +9,11 @@
 
 Additions for placement: candidate devices are the kernel-allowed accelerators; ties (colocation
 classes) are placed whole (the first member fixes the device for the rest); and devices without
-room for a class under Baechi's memory estimate (see `_common`) are skipped, as in m-ETF (the
+room for a class under Baechi's memory estimate (see `common`) are skipped, as in m-ETF (the
 host is used only when no accelerator has room), raising UnplaceableError when no device has room. Devices run one node at a time here (streams ignored).
 
 Communication models (`COMM_MODELS`): "none", HEFT's own (transfers never wait for each other, a
-pair's tensors cost one transfer time), and `_common.COMM_MODELS` ("link", "channel"): each
+pair's tensors cost one transfer time), and `common.COMM_MODELS` ("link", "channel"): each
 tensor is sent once per destination device and queues on its link or on both devices' channels,
 in the order of its producer's finish. `place` tries each and keeps the placement the simulator
 scores best; `comm_model=` forces one.
@@ -23,26 +23,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfplaceto.baselines import _common, m_etf
+from tfplaceto.baselines import common, m_etf
 from tfplaceto.problem import Problem
 
-COMM_MODELS = ("none",) + _common.COMM_MODELS
+COMM_MODELS = ("none",) + common.COMM_MODELS
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
           comm_model: str | None = None) -> np.ndarray:
     """HEFT under `comm_model`, or under each of `COMM_MODELS` keeping the best."""
     del seed, budget_s  # deterministic, one pass per model
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
     models = COMM_MODELS if comm_model is None else (comm_model,)
-    return _common.best_of(problem, {
+    return common.best_of(problem, {
         model: lambda model=model: schedule(problem, inst, model) for model in models})[1]
 
 
-def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none") -> np.ndarray:
+def schedule(problem: Problem, inst: common.Instance, comm_model: str = "none") -> np.ndarray:
     """HEFT's placement under one communication model (module docstring)."""
-    comm = _common.choice("communication model", comm_model, COMM_MODELS)
+    comm = common.choice("communication model", comm_model, COMM_MODELS)
     compute = np.asarray(problem.compute_s, float)
     n, num_devices = inst.num_nodes, inst.num_devices
 
@@ -72,7 +72,7 @@ def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none")
             if len(devices) == 0:  # the host (or other non-candidates) only when out of room
                 devices = np.flatnonzero(inst.allowed[node] & room)
             if len(devices) == 0:
-                raise _common.out_of_room(problem, inst, int(node), used)
+                raise common.out_of_room(problem, inst, int(node), used)
         if queues is not None:
             ready = queues.arrival_at(node, finish, device_of)
         else:
@@ -85,7 +85,7 @@ def schedule(problem: Problem, inst: _common.Instance, comm_model: str = "none")
         for device in devices:
             begin = _earliest_slot(starts[device], ends[device], ready[device], compute[node, device])
             end = begin + compute[node, device]
-            if _common.earlier(end, best_finish):
+            if common.earlier(end, best_finish):
                 best_finish, best_device, best_start = end, int(device), begin
         if queues is not None:  # queue the transfers (as the trial towards best_device did)
             queues.commit(node, best_device, finish, device_of)
@@ -113,8 +113,8 @@ class _Queues:
     """Link or channel occupancy and the tensors already received where, over m-ETF's compiled
     estimate (`m_etf.estimate_arrival`, inputs queued) and commit (`m_etf.queue_inputs`)."""
 
-    def __init__(self, inst: _common.Instance, comm_model: str):
-        self.comm = _common.COMM_MODELS.index(comm_model)
+    def __init__(self, inst: common.Instance, comm_model: str):
+        self.comm = common.COMM_MODELS.index(comm_model)
         n, d = inst.num_nodes, inst.num_devices
         self.link_free, self.channel_free = np.zeros((d, d)), np.zeros(d)
         self.received = np.full((len(inst.tensor_producer), d), np.inf)

@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from tfplaceto import errors
-from tfplaceto.baselines import _common
+from tfplaceto import baselines, errors
+from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
 DEFAULT_BUDGET_S = 10.0
@@ -40,12 +40,10 @@ MIN_GAIN = 1e-9
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
-    from tfplaceto import baselines
-
     began = time.perf_counter()
     deadline = began + (DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
     simulator = problem.simulator()
 
     best, best_score = None, None
@@ -82,7 +80,7 @@ class Moves:
     device: np.ndarray
 
 
-def class_moves(inst: _common.Instance, blocks=None) -> Moves:
+def class_moves(inst: common.Instance, blocks=None) -> Moves:
     """A move per (block, device) where some class of the block is allowed on the device.
 
     `blocks`: sequences of tie class ids moved together; default: every class alone (the
@@ -101,14 +99,14 @@ def class_moves(inst: _common.Instance, blocks=None) -> Moves:
 
 
 def climb(problem: Problem, start: np.ndarray, rng: np.random.Generator, deadline: float,
-          inst: _common.Instance | None = None, moves: Moves | None = None) -> np.ndarray:
+          inst: common.Instance | None = None, moves: Moves | None = None) -> np.ndarray:
     """First-improvement hill climbing from `start` until a local optimum or `deadline` (a
     time.perf_counter() value); never worse than `start`.
 
-    `inst` is `_common.prepare(problem)`, computed here when not given. `moves`: the
+    `inst` is `common.prepare(problem)`, computed here when not given. `moves`: the
     neighbourhood, by default `class_moves(inst)` (one tie class to another device).
     """
-    inst = inst or _common.prepare(problem)
+    inst = inst or common.prepare(problem)
     moves = class_moves(inst) if moves is None else moves
     simulator = problem.simulator()
     current = np.asarray(start, np.int32).copy()

@@ -6,14 +6,14 @@ d waits for d to be free and for every parent's output to arrive there: a parent
 adds the link's latency per tensor plus bytes / bandwidth. Ties go to the node with the longest
 path to an exit (its static level), then to the earlier finish, then to the lower index.
 Baechi's "m-" variant only considers devices with room for the node under its memory estimate
-(persistent + output bytes of everything placed there, see `_common`), and kernel-allowed ones:
+(persistent + output bytes of everything placed there, see `common`), and kernel-allowed ones:
 the accelerators, and the host only for a node no accelerator has room for (or kernels).
 
 Ties (colocation classes) are placed whole: the first member scheduled fixes the device of its
 class and reserves the class's memory there; later members may only start on that device.
 
 Transfers are modelled per tensor and destination device, under one of two communication models
-(`_common.COMM_MODELS`): "link", the simulator's (tfplaceto/sim/kernel.py: each directed link
+(`common.COMM_MODELS`): "link", the simulator's (tfplaceto/sim/kernel.py: each directed link
 carries one transfer at a time, in the order they are queued), or "channel", Baechi's (each
 device has one channel shared by all its sends and receives). A node's input arrival times are
 estimated when it becomes ready and re-estimated lazily: links and channels only fill up, so a
@@ -43,13 +43,13 @@ import functools
 import numba
 import numpy as np
 
-from tfplaceto.baselines import _common
+from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
 TIE_BREAKS = ("level", "topo")
 INPUTS = ("queued", "parallel")
 # The schedule's options (module docstring); `place` tries every combination not fixed.
-OPTIONS = {"comm_model": _common.COMM_MODELS, "tie_break": TIE_BREAKS, "inputs": INPUTS}
+OPTIONS = {"comm_model": common.COMM_MODELS, "tie_break": TIE_BREAKS, "inputs": INPUTS}
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
@@ -58,15 +58,15 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     """m-ETF with the given options, trying every combination of those left None (`OPTIONS`)
     and keeping the placement the simulator scores best."""
     del seed, budget_s  # deterministic, one pass per variant
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
     fixed = {"comm_model": comm_model, "tie_break": tie_break, "inputs": inputs}
-    return _common.best_of(problem, {
+    return common.best_of(problem, {
         tuple(v.values()): functools.partial(schedule, problem, inst, **v)
-        for v in _common.combinations(OPTIONS, fixed)})[1]
+        for v in common.combinations(OPTIONS, fixed)})[1]
 
 
-def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarray | None = None,
+def schedule(problem: Problem, inst: common.Instance, favourite_child: np.ndarray | None = None,
              favourite_bonus: np.ndarray | None = None, comm_model: str = "link",
              awake: bool = False, tie_break: str = "level", inputs: str = "queued") -> np.ndarray:
     """Earliest-start list scheduling; returns the device of every node.
@@ -81,9 +81,9 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
     another node becomes urgent first.
     """
     n = inst.num_nodes
-    comm = _common.choice("communication model", comm_model, _common.COMM_MODELS)
-    _common.choice("tie break", tie_break, TIE_BREAKS)
-    _common.choice("inputs estimate", inputs, INPUTS)
+    comm = common.choice("communication model", comm_model, common.COMM_MODELS)
+    common.choice("tie break", tie_break, TIE_BREAKS)
+    common.choice("inputs estimate", inputs, INPUTS)
     if favourite_child is None:
         favourite_child, favourite_bonus = np.full(n, -1, np.int64), np.zeros(n)
     streams = np.array([d.streams for d in problem.cluster.devices], np.int64)
@@ -98,9 +98,9 @@ def schedule(problem: Problem, inst: _common.Instance, favourite_child: np.ndarr
         np.bincount(inst.pair_dst, minlength=n), inst.child_ptr, inst.child_pairs, inst.pair_dst,
         inst.input_ptr, inst.input_tensors, inst.tensor_producer, inst.tensor_bytes, inst.tensor_trips,
         inst.control_ptr, inst.control_parents, favourite_child, favourite_bonus)),
-        comm, inputs == "queued", awake, _common.TIME_TOLERANCE)
+        comm, inputs == "queued", awake, common.TIME_TOLERANCE)
     if stuck >= 0:  # nothing placed later frees memory: it never fits
-        raise _common.out_of_room(problem, inst, int(stuck), used)
+        raise common.out_of_room(problem, inst, int(stuck), used)
     return problem.tie(device_of.astype(np.int32))
 
 

@@ -44,7 +44,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from tfplaceto.baselines import _common, m_etf
+from tfplaceto.baselines import common, m_etf
 from tfplaceto.problem import Problem
 
 MAX_LP_VARIABLES = 400_000
@@ -61,15 +61,15 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     the simulator scores best."""
     del seed  # HiGHS and the schedule are deterministic
     if rule is not None:
-        _common.choice("m_sct rule", rule, RULES)
+        common.choice("m_sct rule", rule, RULES)
     if cutoff is not None and not 0.0 <= cutoff < 1.0:
         raise ValueError(f"m_sct cutoff must be in [0, 1), got {cutoff}")
     unknown = set(schedule_options) - set(m_etf.OPTIONS)
     if unknown:
         raise TypeError(f"m_sct.place got unknown options {sorted(unknown)}; known: "
                         f"rule, cutoff, {', '.join(m_etf.OPTIONS)}")
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
     time_limit = LP_TIME_LIMIT_S if budget_s is None else max(1.0, 0.8 * budget_s)
     solution = lp_solution(inst, time_limit)
     if solution is None:
@@ -78,14 +78,14 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     for each_cutoff in CUTOFFS if cutoff is None else (cutoff,):
         child, bonus = favourite_children(inst, *solution, cutoff=each_cutoff)
         for each_rule in RULES if rule is None else (rule,):
-            for options in _common.combinations(m_etf.OPTIONS, schedule_options):
+            for options in common.combinations(m_etf.OPTIONS, schedule_options):
                 variants[(each_rule, each_cutoff, *options.values())] = functools.partial(
                     m_etf.schedule, problem, inst, favourite_child=child, awake=each_rule == "awake",
                     favourite_bonus=bonus if each_rule == "bonus" else np.zeros_like(bonus), **options)
-    return _common.best_of(problem, variants)[1]
+    return common.best_of(problem, variants)[1]
 
 
-def lp_solution(inst: _common.Instance, time_limit_s: float = LP_TIME_LIMIT_S):
+def lp_solution(inst: common.Instance, time_limit_s: float = LP_TIME_LIMIT_S):
     """(data pairs, their y in the LP relaxation), or None (warned) if the LP failed or is too big."""
     n = inst.num_nodes
     data = np.flatnonzero(inst.pair_tensors > 0)
@@ -99,7 +99,7 @@ def lp_solution(inst: _common.Instance, time_limit_s: float = LP_TIME_LIMIT_S):
     return None if solution is None else (data, solution)
 
 
-def favourite_children(inst: _common.Instance, data: np.ndarray, y: np.ndarray,
+def favourite_children(inst: common.Instance, data: np.ndarray, y: np.ndarray,
                        cutoff: float = BAECHI_CUTOFF) -> tuple[np.ndarray, np.ndarray]:
     """(favourite child of each node or -1, transfer seconds to it): the pairs with
     y > 1 - cutoff, the larger y first where rounding gives a node two."""
@@ -115,7 +115,7 @@ def favourite_children(inst: _common.Instance, data: np.ndarray, y: np.ndarray,
     return child, bonus
 
 
-def _solve_lp(inst: _common.Instance, data: np.ndarray, time_limit_s: float) -> np.ndarray | None:
+def _solve_lp(inst: common.Instance, data: np.ndarray, time_limit_s: float) -> np.ndarray | None:
     """y of every data pair from the LP relaxation (module docstring), or None on failure."""
     n = inst.num_nodes
     num_pairs = len(inst.pair_src)

@@ -4,7 +4,7 @@ Nodes are taken in the graph's topological order and given to the current device
 its share; then the next device takes over. The result is a pipeline of contiguous stages with no
 regard for parallelism: the reference "no scheduling" placer. Two rules for the share (`RULES`):
 - "share", tfplaceto's: the equal share of the total compute (on the fastest candidate device) or
-  of the total memory (Baechi's persistent + output estimate, see `_common`), whichever comes
+  of the total memory (Baechi's persistent + output estimate, see `common`), whichever comes
   first. The shares are cumulative targets, (k + 1) / G of the totals for the k-th of G devices, so
   a stage cut short by one resource is made up by the next; a node goes to the current device
   when its midpoint falls within the target (cuts land at the nearest node boundary).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfplaceto.baselines import _common
+from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
 RULES = ("share", "fill")
@@ -34,16 +34,16 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     del seed, budget_s  # deterministic, one pass per rule
     if rule is not None and rule not in RULES:
         raise ValueError(f"unknown m_topo rule {rule!r}; choose from {', '.join(RULES)}")
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
     rules = RULES if rule is None else (rule,)
-    return _common.best_of(problem, {
+    return common.best_of(problem, {
         each: lambda each=each: stages(problem, inst, each) for each in rules})[1]
 
 
-def stages(problem: Problem, inst: _common.Instance, rule: str = "share") -> np.ndarray:
+def stages(problem: Problem, inst: common.Instance, rule: str = "share") -> np.ndarray:
     """The pipeline placement under one rule (module docstring)."""
-    order = _common.accelerator_indices(problem)  # the stages' devices
+    order = common.accelerator_indices(problem)  # the stages' devices
     compute = np.where(np.isfinite(inst.class_compute), inst.class_compute, 0.0)
     total_compute = compute.sum()
     total_memory = inst.class_memory.sum()
@@ -76,7 +76,7 @@ def stages(problem: Problem, inst: _common.Instance, rule: str = "share") -> np.
                     device = int(np.argmax(room))
                     break
             if device < 0:
-                raise _common.out_of_room(problem, inst, int(node), used)
+                raise common.out_of_room(problem, inst, int(node), used)
         class_device[cls] = device
         used[device] += size
         placed_compute += work

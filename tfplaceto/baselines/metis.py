@@ -9,7 +9,7 @@ transfers are few, but parts run one after another when the graph is a chain of 
 
 Weights are scaled to integers (METIS wants positive ints): vertices to about 10^6 in total,
 edges to at most 10^5 each (1 for zero-byte tensors). Control edges carry no bytes and are left
-out. Part k goes to the k-th accelerator. The partition is then repaired (`_common.repair`):
+out. Part k goes to the k-th accelerator. The partition is then repaired (`common.repair`):
 kernels, ties (each class to the device holding most of its compute), persistent memory and
 simulated peak memory (smallest-compute classes move to the device with the most free memory).
 """
@@ -19,23 +19,23 @@ from __future__ import annotations
 import numpy as np
 import pymetis
 
-from tfplaceto.baselines import _common
+from tfplaceto.baselines import common
 from tfplaceto.problem import Problem
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
     del budget_s  # one METIS call
-    inst = _common.prepare(problem)
-    _common.check_persistent_fits(problem, inst)
-    parts = _common.accelerator_indices(problem)
+    inst = common.prepare(problem)
+    common.check_persistent_fits(problem, inst)
+    parts = common.accelerator_indices(problem)
     if len(parts) == 1 or inst.num_nodes <= 1:
         device_of = np.full(inst.num_nodes, parts[0])
     else:
         device_of = parts[partition(inst, len(parts), seed)]
-    return _common.repair(problem, inst, device_of)
+    return common.repair(problem, inst, device_of)
 
 
-def partition(inst: _common.Instance, num_parts: int, seed: int = 0) -> np.ndarray:
+def partition(inst: common.Instance, num_parts: int, seed: int = 0) -> np.ndarray:
     """Part index of every node: METIS k-way on compute-weighted nodes and byte-weighted edges."""
     n = inst.num_nodes
     data = inst.pair_tensors > 0

@@ -6,19 +6,15 @@ to the first device that has one.
 
 import numpy as np
 
+from tfplaceto.baselines.common import accelerator_indices
 from tfplaceto.problem import Problem
 
 
 def place(problem: Problem, seed: int = 0, budget_s: float | None = None) -> np.ndarray:
     del seed, budget_s
-    cycle = _accelerator_indices(problem)
+    cycle = accelerator_indices(problem)
     device_of = np.empty(problem.num_nodes, np.int32)
     for k, node in enumerate(problem.graph.topo_order):
         device = cycle[k % len(cycle)]
         device_of[node] = device if problem.allowed[node, device] else problem.allowed[node].argmax()
     return problem.tie(device_of)
-
-
-def _accelerator_indices(problem: Problem) -> np.ndarray:
-    names = {d.name for d in problem.cluster.accelerators}
-    return np.array([i for i, d in enumerate(problem.cluster.devices) if d.name in names])

@@ -23,8 +23,9 @@ from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs import analytical, fused_rnn, measured
 from tfplaceto.costs.analytical import analytical_profile
-from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.costs.measured import measured_profile
+from tfplaceto.graph.implementations import target_device_type
 from tfplaceto.graph.op_graph import OpGraph
 
 SOURCES = ("analytical", "measured")
@@ -66,7 +67,7 @@ def profile(op_graph: OpGraph, cluster: Cluster | str, source: str | os.PathLike
             "(tp.import_graph)")
     warn_if_other_implementation(op_graph, cluster)
     if isinstance(source, str) and source in SOURCES:
-        analytical._graph_def_of(op_graph)  # a grouped graph fails here, before any cache lookup
+        profiled_graph_def(op_graph)  # a grouped graph fails here, before any cache lookup
         path = _cache_path(op_graph, cluster, source, cache_dir) if use_cache else None
         cached = _read_cache(path, op_graph, cluster) if path else None
         if cached is not None:
@@ -108,8 +109,6 @@ def load_profile(path: str | os.PathLike, op_graph: OpGraph, cluster: Cluster | 
 def warn_if_other_implementation(op_graph: OpGraph, cluster: Cluster) -> None:
     """ImplementationWarning when op_graph keeps another implementation of a Keras LSTM/GRU than
     TensorFlow runs on the cluster's device type (`tfplaceto.graph.implementations`)."""
-    from tfplaceto.graph.implementations import target_device_type
-
     target = target_device_type(cluster)
     other = [c for c in op_graph.implementations if (c.device_type or "CPU") != target]
     if not other:

@@ -46,7 +46,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Device, as_cluster
 from tfplaceto.costs import fused_rnn, loop_free
-from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.graph.op_graph import OpGraph
 
 # Op types that do no work of their own (metadata, aliasing, control flow plumbing): an op of one
@@ -92,7 +92,7 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
         throughput figures, or grappler cannot model the graph.
     """
     cluster = as_cluster(cluster)
-    graph_def = _graph_def_of(op_graph)
+    graph_def = profiled_graph_def(op_graph)
     index = {name: i for i, name in enumerate(op_graph.names)}
     kinds = cluster.kinds
     compute = np.zeros((op_graph.num_ops, len(kinds)))
@@ -135,19 +135,6 @@ def analytical_profile(op_graph: OpGraph, cluster: Cluster | str) -> CostProfile
         compute *= op_graph.iterations[:, None]
         source += f" x loop iterations ({len(op_graph.loops)} loops)"
     return CostProfile(tuple(op_graph.names), kinds, compute, source, op_graph.fingerprint())
-
-
-def _graph_def_of(op_graph: OpGraph):
-    if not isinstance(op_graph, OpGraph):
-        raise errors.CostProfileError(
-            f"expected a tfplaceto OpGraph, got {type(op_graph).__name__}; import the graph first "
-            "(tp.import_graph)")
-    if op_graph.graph_def is None:
-        raise errors.CostProfileError(
-            "this OpGraph has no GraphDef (it is a grouped graph): profile the op graph it was "
-            "grouped from, then use CostProfile.grouped(grouping.op_to_group, "
-            "grouping.graph.names)")
-    return op_graph.graph_def
 
 
 def device_properties(device: Device):

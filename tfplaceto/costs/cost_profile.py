@@ -5,6 +5,8 @@ step, so an op in a while-loop body counts all its iterations. Device kinds
 are `Device.kind` strings ("GPU:V100", "CPU:host"); `per_device(cluster)` expands the columns to
 one per device of the cluster, which is what the simulator and placers use. `grouped` sums the
 costs of the ops of each group. On disk it is the `tfplaceto.CostProfile` proto.
+`profiled_graph_def` is the check both profilers (analytical, measured) make first: only an
+imported OpGraph (one with a GraphDef, so not a grouped graph) can be profiled.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
 from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.placement import atomic_write, read_proto
+from tfplaceto.outputs import atomic_write, read_proto
 from tfplaceto.protos import cost_profile_pb2
 
 
@@ -95,3 +97,18 @@ class CostProfile:
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostProfile:
         return cls.from_proto(read_proto(path, cost_profile_pb2.CostProfile, errors.CostProfileError))
+
+
+def profiled_graph_def(op_graph: OpGraph):
+    """The GraphDef a profile is taken of: an imported OpGraph's (CostProfileError for anything
+    else, a grouped graph included)."""
+    if not isinstance(op_graph, OpGraph):
+        raise errors.CostProfileError(
+            f"expected a tfplaceto OpGraph, got {type(op_graph).__name__}; import the graph first "
+            "(tp.import_graph)")
+    if op_graph.graph_def is None:
+        raise errors.CostProfileError(
+            "this OpGraph has no GraphDef (it is a grouped graph): profile the op graph it was "
+            "grouped from, then use CostProfile.grouped(grouping.op_to_group, "
+            "grouping.graph.names)")
+    return op_graph.graph_def

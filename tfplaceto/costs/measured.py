@@ -11,7 +11,7 @@ Map of the file:
   local_device_of      the local TensorFlow device standing for a device kind (or None).
   _session_config      the cluster's session config, made suitable for per-op timing.
   _import_on_device    the GraphDef imported with every node placed (CPU fallback where needed).
-  _initialize          variables: known values (sources.initialize_variables), else random ones.
+  _initialize          variables: known values (measure.session.initialize_all_variables), else random ones.
   _random_feeds        a value of the right shape and dtype for every placeholder.
   op_seconds          per node seconds of one traced step.
   op_executions, check_loop_trips  executions per node; each top-level loop's measured trips
@@ -37,10 +37,10 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, as_cluster, session_config
-from tfplaceto.costs.analytical import _graph_def_of
-from tfplaceto.costs.cost_profile import CostProfile
+from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
+from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
-from tfplaceto.graph.sources import initialize_all_variables
+from tfplaceto.measure.session import initialize_all_variables
 
 _HOST_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 _ARG_NAME = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")
@@ -64,7 +64,7 @@ def measured_profile(op_graph: OpGraph, cluster: Cluster | str, runs: int = 5,
         a CPU-only machine), bad runs/warmup, or the graph fails to run.
     """
     cluster = as_cluster(cluster)
-    _graph_def_of(op_graph)  # a grouped graph fails here
+    profiled_graph_def(op_graph)  # a grouped graph fails here
     if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
         raise errors.CostProfileError(
             f"need runs >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
@@ -116,7 +116,7 @@ def traced_steps(op_graph: OpGraph, device: str, config, runs: int, warmup: int)
     """
     import tensorflow as tf
 
-    graph_def = _graph_def_of(op_graph)
+    graph_def = profiled_graph_def(op_graph)
     graph = _import_on_device(op_graph, graph_def, device)
     fetches = [graph.get_operation_by_name(name) for name in op_graph.fetches]
     rng = np.random.default_rng(0)
@@ -183,8 +183,6 @@ def _session_config(cluster: Cluster):
 def _import_on_device(op_graph: OpGraph, graph_def, device: str):
     """A tf.Graph of graph_def with every node on `device` (host CPU where it has no kernel)."""
     import tensorflow as tf
-
-    from tfplaceto.graph.from_graph_def import colocated_kernels
 
     placed = tf.compat.v1.GraphDef()
     placed.CopyFrom(graph_def)

@@ -2,8 +2,12 @@
 
 - `op_graph.py`: the OpGraph arrays (the one data structure of the later stages).
 - `sources.py`: any source (GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, Keras model,
-  SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined.
-- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory).
+  SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined: the
+  dispatch. `keras_step.py` traces a Keras model's training step (or forward pass);
+  `captures.py` makes a ConcreteFunction self-contained; `inlining.py` inlines function calls
+  with grappler.
+- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory), and the
+  NodeDef helpers the others share (inputs, sinks, function calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
   the import keeps for the target device type.
 - `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step).
@@ -54,14 +58,18 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     Raises:
       InvalidGraphError: the source cannot be read, has unknown sizes, a cycle or a bad fetch.
     """
+    # Imported here: sources and builtin load TensorFlow, and `tfplaceto.graph` (OpGraph, grouping)
+    # serves the simulator and the baselines without it.
     from tfplaceto.graph import sources
 
     if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
-        from tfplaceto.graph import builtin
-
-        source, default_batch = builtin.build(source[len(BUILTIN_PREFIX):])
+        source, default_batch = sources.build_builtin(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
     check_batch_size(batch_size)
+    if cluster is not None:
+        from tfplaceto.cluster import as_cluster  # here: cluster.py imports graph.op_graph
+
+        cluster = as_cluster(cluster)
     device_type = None if cluster is None else implementations.target_device_type(cluster)
     loaded = sources.load_source(source, fetches=fetches, device_type=device_type)
     op_graph = op_graph_from_graph_def(loaded.graph_def, loaded.fetches or None, batch_size,

@@ -17,6 +17,9 @@
   that read or update it must share a device, as TensorFlow's placer enforces);
 - kernels: the device types with a registered kernel for each node's op and dtype attributes
   (TensorFlow's kernel registry lists GPU kernels even in a CPU-only process).
+NodeDef helpers the source dispatch, the inliner, the LSTM/GRU selector and the write-back share:
+`parse_input`, `op_name` (of a fetch), `sinks` (the default fetches), `CALL_OPS` and
+`called_function` (the FunctionDef a node calls).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from tfplaceto import errors
 from tfplaceto.graph import loops
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
+# Function calls by op (a function can also be called as an op of its own name).
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 # Ops that take a resource input without TensorFlow colocating them with the resource.
 _RESOURCE_COLOCATION_EXEMPT = frozenset({
     "While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
@@ -48,6 +53,26 @@ def parse_input(name: str) -> tuple[str, int, bool]:
         return name[1:], -1, True
     node, _, index = name.partition(":")
     return node, int(index) if index else 0, False
+
+
+def op_name(name: str) -> str:
+    """The op of a fetch or input name: "x:0" -> "x", "^x" -> "x" (anything else unchanged)."""
+    name = name.lstrip("^")
+    head, _, tail = name.rpartition(":")
+    return head if head and tail.isdigit() else name
+
+
+def called_function_name(node) -> str:
+    """The name of the function a NodeDef calls: its `f` attribute for a PartitionedCall, else
+    its op (a function called by name as an op; not a function at all for other ops)."""
+    if node.op in CALL_OPS and "f" in node.attr:
+        return node.attr["f"].func.name
+    return node.op
+
+
+def called_function(node, functions: Mapping):
+    """The FunctionDef (of `functions`, name -> FunctionDef) a node calls, or None."""
+    return functions.get(called_function_name(node))
 
 
 def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
@@ -80,7 +105,7 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
     graph_def = _fill_batch_dims(graph_def, batch_size)
     nodes = {n.name: n for n in graph_def.node}
     fetch_ops = _normalize_fetches(fetches, nodes)
-    roots = fetch_ops or _sinks(graph_def)
+    roots = fetch_ops or sinks(graph_def)
     keep = _fanin(roots, nodes) if roots else set(nodes)  # no sinks at all: a cycle, found below
     pruned = tf.compat.v1.GraphDef()
     pruned.versions.CopyFrom(graph_def.versions)
@@ -154,7 +179,7 @@ def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
         fetches = [fetches]
     result = []
     for fetch in fetches:
-        name = parse_input(str(fetch))[0]
+        name = op_name(str(fetch))
         if name not in nodes:
             import difflib
 
@@ -165,7 +190,8 @@ def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
     return tuple(dict.fromkeys(result))
 
 
-def _sinks(graph_def) -> tuple[str, ...]:
+def sinks(graph_def) -> tuple[str, ...]:
+    """The nodes of a GraphDef no other node reads (data or control): its default fetches."""
     consumed = {parse_input(i)[0] for n in graph_def.node for i in n.input}
     return tuple(n.name for n in graph_def.node if n.name not in consumed)
 

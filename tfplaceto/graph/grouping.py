@@ -26,7 +26,7 @@ import heapq
 import numpy as np
 
 from tfplaceto import checks, errors
-from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph, topological_order
+from tfplaceto.graph.op_graph import OpGraph, csr, joined_classes, make_op_graph, topological_order
 
 DEFAULT_MAX_GROUPS = 256
 # gradient op type -> the forward op types it must stay with, when one of its inputs is theirs.
@@ -85,8 +85,8 @@ def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
     scope = np.array([scope_ids.setdefault(_scope(name), len(scope_ids)) for name in op_graph.names])
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    successors = _csr(senders, receivers, n)
-    predecessors = _csr(receivers, senders, n)
+    successors = _neighbours(senders, receivers, n)
+    predecessors = _neighbours(receivers, senders, n)
     main = ~floating_ops(op_graph)
     classes = op_graph.colocation
     class_size = np.bincount(classes)
@@ -197,7 +197,7 @@ def floating_ops(op_graph: OpGraph) -> np.ndarray:
     n = op_graph.num_ops
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    successors = _csr(senders, receivers, n)
+    successors = _neighbours(senders, receivers, n)
     main = np.zeros(n, bool)
     for node in op_graph.topo_order:
         if op_graph.types[node] == "Placeholder":
@@ -209,12 +209,10 @@ def floating_ops(op_graph: OpGraph) -> np.ndarray:
     return ~main
 
 
-def _csr(src: np.ndarray, dst: np.ndarray, n: int):
+def _neighbours(src: np.ndarray, dst: np.ndarray, n: int):
     """neighbours(v) -> array of dst over edges src == v."""
-    order = np.argsort(src, kind="stable")
-    starts = np.searchsorted(src[order], np.arange(n + 1))
-    targets = dst[order]
-    return lambda v: targets[starts[v]:starts[v + 1]]
+    ptr, targets = csr(src, n, dst, dst.dtype)
+    return lambda v: targets[ptr[v]:ptr[v + 1]]
 
 
 def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, weights: np.ndarray | None = None) -> Grouping:
@@ -302,7 +300,7 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         next_label += len(cuts) + 1
     # A floating op joins the earliest piece of its group that consumes it (consumers first,
     # so chains of floating ops follow), else its group's first piece.
-    successors = _csr(senders, receivers, op_graph.num_ops)
+    successors = _neighbours(senders, receivers, op_graph.num_ops)
     for node in order[floating[order]][::-1]:
         g = int(op_to_group[node])
         local = [int(labels[c]) for c in successors(node) if op_to_group[c] == g]
@@ -322,7 +320,7 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         earliest[key] = min(earliest.get(key, together[node]), together[node])
     for node in order[floating[order]]:
         together[node] = earliest[(int(op_graph.colocation[node]), int(op_to_group[node]))]
-    predecessors = _csr(receivers, senders, op_graph.num_ops)
+    predecessors = _neighbours(receivers, senders, op_graph.num_ops)
     for node in order[floating[order]]:  # inputs never after their consumer
         preds = predecessors(node)
         if len(preds):
@@ -398,8 +396,8 @@ def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.n
         home.setdefault(int(op_graph.colocation[node]), int(op_to_group[node]))
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    predecessors = _csr(receivers, senders, op_graph.num_ops)
-    successors = _csr(senders, receivers, op_graph.num_ops)
+    predecessors = _neighbours(receivers, senders, op_graph.num_ops)
+    successors = _neighbours(senders, receivers, op_graph.num_ops)
     # A floating op alone in its class (a constant) has no home of its own: it follows the
     # earliest home of the floating ops it feeds, so it does not hold them back (the optimizer's
     # step counter increment, fed a constant emitted at the very end, would stay in the last

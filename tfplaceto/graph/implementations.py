@@ -33,10 +33,10 @@ from __future__ import annotations
 import dataclasses
 
 from tfplaceto import errors
+from tfplaceto.graph.from_graph_def import CALL_OPS, called_function_name
 
 API_ATTR = "api_implements"
 DEVICE_ATTR = "api_preferred_device"
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 # Kernels that only exist as a fused library call on the accelerator.
 _FUSED_PREFIXES = ("Cudnn",)
 
@@ -62,11 +62,9 @@ class ImplementationChoice:
         return dataclasses.asdict(self)
 
 
-def target_device_type(cluster: object) -> str:
-    """"GPU" if the cluster has a GPU (TensorFlow's placer prefers it for these calls), else "CPU"."""
-    from tfplaceto.cluster import as_cluster
-
-    return "GPU" if any(d.type == "GPU" for d in as_cluster(cluster).devices) else "CPU"
+def target_device_type(cluster) -> str:
+    """"GPU" if the Cluster has a GPU (TensorFlow's placer prefers it for these calls), else "CPU"."""
+    return "GPU" if any(d.type == "GPU" for d in cluster.devices) else "CPU"
 
 
 def _swappable(graph_def) -> dict[str, object]:
@@ -100,7 +98,7 @@ def select(graph_def, device_type: str | None) -> tuple[object, tuple[Implementa
     if device_type is not None:
         graph_def = _swap_nested(graph_def, device_type)
     functions = _swappable(graph_def)
-    calls = [node.name for node in graph_def.node if _called(node) in functions]
+    calls = [node.name for node in graph_def.node if called_function_name(node) in functions]
     nested = _nested_choices(graph_def, functions, device_type)
     if not calls:
         return graph_def, nested
@@ -111,7 +109,7 @@ def select(graph_def, device_type: str | None) -> tuple[object, tuple[Implementa
     by_name = {f.signature.name: f for f in selected.library.function}
     groups: dict[str, list] = {}
     for node in selected.node:
-        function = functions.get(_called(node))
+        function = functions.get(called_function_name(node))
         if function is not None:
             groups.setdefault(function.attr[API_ATTR].s.decode(), []).append((node, function))
     choices = []
@@ -141,7 +139,7 @@ def _swap_nested(graph_def, device_type: str):
         if API_ATTR in outer.attr:
             continue
         for node in outer.node_def:
-            called = functions.get(_called(node))
+            called = functions.get(called_function_name(node))
             if called is None or node.op not in CALL_OPS or _is_gradient_pair(called):
                 continue
             key = (called.attr[API_ATTR].s.decode(), device_type)
@@ -167,7 +165,7 @@ def _nested_choices(graph_def, functions, device_type: str | None) -> tuple[Impl
         if API_ATTR in outer.attr:
             continue
         for node in outer.node_def:
-            function = functions.get(_called(node))
+            function = functions.get(called_function_name(node))
             if function is None:
                 continue
             api = function.attr[API_ATTR].s.decode()
@@ -182,12 +180,6 @@ def _nested_choices(graph_def, functions, device_type: str | None) -> tuple[Impl
             choices.append(ImplementationChoice(api, f"{outer.signature.name}/{node.name}", chosen, kernel,
                                                 function.signature.name, 1))
     return tuple(choices)
-
-
-def _called(node) -> str | None:
-    if node.op in CALL_OPS and "f" in node.attr:
-        return node.attr["f"].func.name
-    return node.op  # a function called by its name as an op
 
 
 def _uses_fused_kernel(function, by_name, depth: int = 0) -> bool:

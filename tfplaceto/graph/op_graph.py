@@ -36,6 +36,8 @@ Fields (N nodes, T tensors, E data edges, C control edges):
                              False when not recorded (groups, hand-made graphs).
 
 `senders`/`receivers` give the edges as node pairs (what a graph_nets GraphsTuple wants).
+`csr(keys, n, values)` groups values by a node (or tensor) key: the one CSR builder the grouping,
+the simulator's plan and the baselines' instance use.
 """
 
 from __future__ import annotations
@@ -276,3 +278,17 @@ def topological_order(n: int, senders: np.ndarray, receivers: np.ndarray,
             f"the graph has a cycle through {label!r} ({len(stuck)} ops on or after cycles); "
             "only DAGs and TF while loops (NextIteration back edges) are supported")
     return np.asarray(result, dtype=np.int32)
+
+
+def csr(keys, n: int, values=None, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Compressed sparse rows: (ptr, grouped), where grouped[ptr[k]:ptr[k + 1]] are the values
+    whose key is k (keys in [0, n)), in their original order; without `values`, their positions.
+
+    ptr is int64; grouped a new C-contiguous array of `dtype`.
+    """
+    keys = np.asarray(keys, np.int64)
+    order = np.argsort(keys, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    grouped = order if values is None else np.asarray(values)[order]
+    return ptr, np.array(grouped, dtype=dtype, order="C", copy=True)

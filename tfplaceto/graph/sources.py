@@ -7,18 +7,19 @@ call (PartitionedCall / StatefulPartitionedCall, nested) has been inlined so tha
 bodies are ordinary nodes that can be placed one by one. The OpGraph builder
 (`tfplaceto.graph.from_graph_def`) takes it from there.
 
-Map of the file:
+Map of the file (the dispatch; each idea it dispatches to has its own module):
   LoadedGraph             the result: graph_def, fetches, feeds, variable_values, description.
   load_source             dispatch on the kind of source (the table below).
-  initialize_variables    assign variable_values to the VarHandleOps of an imported graph in a
-                          Session (tests and real measurement need it).
-  inline_functions        grappler's "function" optimizer, alone: inlines calls (and, by default,
-                          lowers functional While/If/Case to Switch/Merge/Enter/Exit like the TF
-                          runtime does before placement); checks no call is left.
+  build_builtin           a built-in graph's Keras model and default batch size (the one path to
+                          `tfplaceto.graph.builtin`, for `import_graph` and "builtin:NAME").
   _from_* helpers         one per kind of source.
-  _self_contained_graph_def  captures of a ConcreteFunction -> VarHandleOp / Const nodes.
-  _keras_*                the Keras training step (or forward pass) as a ConcreteFunction.
+  _finish                 the LSTM/GRU alternative (`implementations.select`), then inlining
+                          (`tfplaceto.graph.inlining`: grappler's function inliner), then fetches.
   _resolve_fetches, _check_graph_def, _feeds_of_graph_def: validation and defaults.
+Elsewhere: the Keras training step (or forward pass) is traced in `keras_step.py`; a
+ConcreteFunction's captures become VarHandleOp / Const nodes in `captures.py`; variables are set
+up in a Session by `tfplaceto.measure.session`. The file stays at ~500 lines because each kind of
+source below keeps its own short `_from_*` reader and its own error messages.
 
 Sources:
   tf.compat.v1.GraphDef     copied (the user's proto is never modified).
@@ -37,39 +38,26 @@ Anything else, or an unreadable source, raises InvalidGraphError.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
-import importlib
 import os
-import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import message as protobuf_message
 from google.protobuf import text_format
-from tensorflow.core.framework import graph_pb2, node_def_pb2
-from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
 
 from tfplaceto import errors
-from tfplaceto.graph import implementations
+from tfplaceto.graph import builtin, captures, implementations, keras_step
+from tfplaceto.graph.from_graph_def import op_name
+from tfplaceto.graph.inlining import inline_functions
 
-__all__ = ["LoadedGraph", "initialize_all_variables", "initialize_variables", "inline_functions", "load_source"]
+__all__ = ["LoadedGraph", "build_builtin", "load_source"]
 
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-FUNCTIONAL_CONTROL_FLOW_OPS = frozenset(
-    {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
-# Attributes that stop grappler from inlining a call (XLA clusters are compiled as one unit, and
-# "_noinline" asks for exactly that); we place op by op, so they are dropped before inlining.
-_NO_INLINE_ATTRS = ("_XlaMustCompile", "_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients",
-                    "_noinline")
-# Functions with "api_implements" are alternatives the implementation selector may swap at run time
-# (Keras LSTM/GRU: a portable While-loop version and a CuDNN one); grappler never inlines them.
-# `implementations.select` first points each call at the alternative for the target device type
-# (or leaves the called one); then the marker is dropped so the chosen version is inlined.
-_SWAPPABLE_FUNCTION_ATTRS = ("api_implements", "api_preferred_device")
 _TEXT_SUFFIXES = (".pbtxt", ".pbtext", ".txt", ".prototxt")
 _BUILTIN_PREFIX = "builtin:"
 
@@ -149,7 +137,7 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
     if isinstance(source, tf.Graph) and getattr(source, "internal_captures", None):
         # A tf.function's graph: its captures still know the variables' shapes (its GraphDef
         # alone does not), so import it as its ConcreteFunction would be.
-        return _from_concrete_function(_FuncGraphFunction(source), requested,
+        return _from_concrete_function(captures.FuncGraphFunction(source), requested,
                                        f"tf.function graph {source.name}", inlining)
     if isinstance(source, tf.Graph):
         default_fetches = tuple(_name_of(item) for item in source.get_collection("train_op")
@@ -163,7 +151,7 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
         function = _concrete_function_of(source)
         return _from_concrete_function(function, requested, _function_description(function),
                                        inlining)
-    if _is_keras_model(source):
+    if keras_step.is_keras_model(source):
         return _from_keras_model(source, requested, inlining)
     if hasattr(source, "signatures") and isinstance(source, tf.__internal__.tracking.AutoTrackable):
         # An object returned by tf.saved_model.load.
@@ -174,130 +162,6 @@ def load_source(source: Any, fetches: str | Sequence[str] | None = None, *,
         "pass a GraphDef, MetaGraphDef, tf.Graph, ConcreteFunction, tf.function with an "
         "input_signature, tf.keras.Model, a SavedModel directory, a .pb/.pbtxt or .keras/.h5 path or "
         "'builtin:NAME'")
-
-
-def initialize_variables(session: tf.compat.v1.Session, graph: tf.Graph,
-                         variable_values: Mapping[str, np.ndarray],
-                         import_scope: str = "") -> None:
-    """Assigns each value to the VarHandleOp of that name in `graph`, running in `session`.
-
-    `graph` is the tf.Graph the LoadedGraph's GraphDef was imported into; `import_scope` is the
-    `name` given to tf.import_graph_def (its default is "import"; pass "" when it was imported
-    with name=""). Values are fed through placeholders so the graph does not grow by their bytes.
-    """
-    if not variable_values:
-        return
-    feed_dict = {}
-    assigns = []
-    with graph.as_default(), tf.name_scope("tfplaceto_initialize_variables"):
-        for name, value in variable_values.items():
-            full_name = f"{import_scope}/{name}" if import_scope else name
-            try:
-                handle = graph.get_operation_by_name(full_name)
-            except KeyError:
-                raise errors.InvalidGraphError(
-                    f"variable {full_name!r} is not an op of the graph; import the LoadedGraph's "
-                    "graph_def into this graph (and pass import_scope if it was imported with a "
-                    "name prefix)") from None
-            if handle.type != "VarHandleOp":
-                raise errors.InvalidGraphError(
-                    f"{full_name!r} is a {handle.type}, not a VarHandleOp; variable_values must "
-                    "come from the same LoadedGraph as the graph")
-            value = np.asarray(value)
-            placeholder = tf.compat.v1.placeholder(handle.get_attr("dtype"), value.shape)
-            assigns.append(tf.raw_ops.AssignVariableOp(resource=handle.outputs[0],
-                                                       value=placeholder))
-            feed_dict[placeholder] = value
-    session.run(assigns, feed_dict=feed_dict)
-
-
-def initialize_all_variables(session: tf.compat.v1.Session, graph: tf.Graph,
-                             variable_values: Mapping[str, np.ndarray], rng: np.random.Generator) -> None:
-    """Initializes every variable of `graph`: known values where given (`initialize_variables`),
-    small random floats (zeros for other dtypes) elsewhere, each assign colocated with its
-    variable (an unplaced assign could land on another task)."""
-    variables = [op for op in graph.get_operations() if op.type in ("VarHandleOp", "VariableV2", "Variable")]
-    known = {op.name: variable_values[op.name] for op in variables
-             if op.name in variable_values and op.type == "VarHandleOp"}
-    initialize_variables(session, graph, known)
-    assigns, feed_dict = [], {}
-    with graph.as_default(), tf.name_scope("tfplaceto_random_init"):
-        for op in variables:
-            if op.name in known:
-                continue
-            dtype = tf.dtypes.as_dtype(op.get_attr("dtype")).base_dtype
-            shape = tf.TensorShape(op.get_attr("shape"))
-            dims = [d if d is not None else 1 for d in shape.as_list()] if shape.rank is not None else []
-            if dtype.is_floating:
-                value = (rng.standard_normal(dims) * 0.1).astype(dtype.as_numpy_dtype)
-            else:
-                value = np.zeros(dims, dtype.as_numpy_dtype)
-            placeholder = tf.compat.v1.placeholder(dtype, value.shape)
-            with graph.colocate_with(op):
-                if op.type == "VarHandleOp":
-                    assigns.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder))
-                else:
-                    assigns.append(tf.compat.v1.assign(op.outputs[0], placeholder, validate_shape=False))
-            feed_dict[placeholder] = value
-    if assigns:
-        session.run(assigns, feed_dict=feed_dict)
-
-
-def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
-                     lower_control_flow: bool = True) -> graph_pb2.GraphDef:
-    """Returns a copy of `graph_def` with every function call inlined (nested calls too).
-
-    Uses grappler's "function" optimizer alone, once. `keep` names nodes that must survive (the
-    graph's sinks are always kept, so nothing is pruned). With lower_control_flow, functional
-    While/If/Case become Switch/Merge/Enter/Exit/NextIteration, as in the TF runtime.
-    Raises InvalidGraphError if grappler fails or a call is left.
-    """
-    graph_def = _copy(graph_def)
-    library_functions = {function.signature.name for function in graph_def.library.function}
-    ops = {node.op for node in graph_def.node}
-    needs_rewrite = bool(ops & CALL_OPS or ops & library_functions
-                         or (lower_control_flow and ops & FUNCTIONAL_CONTROL_FLOW_OPS))
-    if not needs_rewrite:
-        return graph_def
-    _strip_no_inline_attrs(graph_def)
-
-    meta_graph = meta_graph_pb2.MetaGraphDef()
-    meta_graph.graph_def.CopyFrom(graph_def)
-    # Grappler keeps the nodes of the "train_op" collection (its fetch list); every sink and
-    # requested node goes there so the optimizer prunes nothing the caller may want.
-    keep_names = list(dict.fromkeys([*keep, *_sinks(graph_def)]))
-    meta_graph.collection_def["train_op"].node_list.value.extend(keep_names)
-
-    config = config_pb2.ConfigProto()
-    if not lower_control_flow:
-        # The meta optimizer lowers control flow unless the executor is the single-threaded one
-        # (which cannot run lowered loops); that is the only switch grappler exposes for it.
-        config.experimental.executor_type = "SINGLE_THREADED_EXECUTOR"
-    rewrite = config.graph_options.rewrite_options
-    rewrite.optimizers[:] = ["function"]
-    rewrite.min_graph_nodes = -1  # optimize small graphs too
-    rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
-
-    from tensorflow.python.grappler import tf_optimizer  # private module: import where used
-
-    try:
-        optimized = tf_optimizer.OptimizeGraph(config, meta_graph, verbose=False)
-    except Exception as error:  # grappler raises assorted internal error types
-        raise errors.InvalidGraphError(
-            f"could not inline the graph's function calls ({type(error).__name__}: "
-            f"{errors.first_line(error)}); check that the graph runs in TensorFlow "
-            f"{tf.__version__} and that every custom op library is loaded") from None
-
-    remaining_functions = {function.signature.name for function in optimized.library.function}
-    left = [node for node in optimized.node
-            if node.op in CALL_OPS or node.op in remaining_functions]
-    if left:
-        sample = ", ".join(f"{node.name} ({node.op})" for node in left[:5])
-        raise errors.InvalidGraphError(
-            f"{len(left)} function call(s) could not be inlined: {sample}; tfplaceto places op "
-            "by op and needs call-free graphs (calls that grappler refuses to inline are usually "
-            "recursive functions or functions with a custom gradient registered by name)")
-    return optimized
 
 
 # -- GraphDef, MetaGraphDef, files ------------------------------------------------------------------
@@ -318,7 +182,7 @@ def _from_meta_graph_def(meta_graph: meta_graph_pb2.MetaGraphDef, requested: tup
     default_fetches: tuple[str, ...] = ()
     if "train_op" in meta_graph.collection_def:
         collection = meta_graph.collection_def["train_op"]
-        default_fetches = tuple(_op_name(name) for name in collection.node_list.value)
+        default_fetches = tuple(op_name(name) for name in collection.node_list.value)
     return _from_graph_def(graph_def, requested, default_fetches, description, inlining)
 
 
@@ -430,7 +294,7 @@ def _looks_valid(graph_def: graph_pb2.GraphDef) -> bool:
 
 def _from_concrete_function(function, requested: tuple[str, ...], description: str,
                             inlining: _Inlining) -> LoadedGraph:
-    graph_def, variable_values = _self_contained_graph_def(function)
+    graph_def, variable_values = captures.self_contained_graph_def(function)
     captured = {tensor.ref() for tensor in function.graph.internal_captures}
     feeds = tuple((tensor.op.name, _shape_list(tensor.shape), tensor.dtype.name)
                   for tensor in function.inputs if tensor.ref() not in captured)
@@ -441,122 +305,6 @@ def _from_concrete_function(function, requested: tuple[str, ...], description: s
         default_fetches = tuple(dict.fromkeys(op.name for op in function.graph.control_outputs))
     return _finish(graph_def, requested or default_fetches, feeds, variable_values, description,
                    inlining)
-
-
-@dataclasses.dataclass(frozen=True)
-class _FuncGraphFunction:
-    """A FuncGraph seen through the ConcreteFunction attributes `_from_concrete_function` reads."""
-
-    graph: Any
-
-    @property
-    def captured_inputs(self) -> list:
-        return list(self.graph.external_captures)
-
-    @property
-    def inputs(self) -> list:
-        return list(self.graph.inputs)
-
-    @property
-    def outputs(self) -> list:
-        return list(self.graph.outputs)
-
-    @property
-    def variables(self) -> tuple:
-        return tuple(self.graph.variables)
-
-
-def _self_contained_graph_def(function) -> tuple[graph_pb2.GraphDef, dict[str, np.ndarray]]:
-    """The function's GraphDef with captures turned into VarHandleOp (variables) or Const nodes.
-
-    A captured variable arrives as a resource Placeholder; it becomes a VarHandleOp of the same
-    node name (so no edge changes), the variable's dtype and shape, and a shared_name from the
-    variable's name (made unique: two VarHandleOps with one shared_name would alias in a Session).
-    Its current value goes into the returned dict.
-    """
-    graph_def = function.graph.as_graph_def()
-    variables_by_handle = {}
-    for variable in (*function.graph.variables, *_safe_variables(function)):
-        handle = getattr(variable, "handle", None)
-        if handle is not None:
-            variables_by_handle.setdefault(id(handle), variable)
-    nodes = {node.name: node for node in graph_def.node}
-    used_shared_names = {node.attr["shared_name"].s.decode() for node in graph_def.node
-                         if node.op == "VarHandleOp"}
-    variable_values: dict[str, np.ndarray] = {}
-    captures = list(zip(function.captured_inputs, function.graph.internal_captures, strict=False))
-    if len(captures) != len(function.graph.internal_captures):
-        raise errors.InvalidGraphError(
-            f"the function's captures could not all be resolved ({len(function.captured_inputs)} "
-            f"values for {len(function.graph.internal_captures)} captures); trace it again after "
-            "the objects it closes over exist")
-    for external, internal in captures:
-        node = nodes.get(internal.op.name)
-        if node is None or node.op != "Placeholder":
-            continue  # already a Const (small captured constants are embedded by TF)
-        if external.dtype == tf.resource:
-            variable = variables_by_handle.get(id(external))
-            dtype, shape, value = _read_resource_variable(external, internal.op.name)
-            base = _shared_name_of(variable) or internal.op.name
-            shared_name = _unique(base, used_shared_names)
-            used_shared_names.add(shared_name)
-            node.CopyFrom(_var_handle_node_def(node.name, dtype, shape, shared_name))
-            variable_values[node.name] = value
-        else:
-            node.CopyFrom(_const_node_def(node.name, external, internal.op.name))
-    return graph_def, variable_values
-
-
-def _read_resource_variable(handle, name: str) -> tuple[tf.DType, tf.TensorShape, np.ndarray]:
-    """dtype, shape and current value of the variable behind an eager resource handle."""
-    handle_data = getattr(handle, "_handle_data", None)
-    shapes_and_types = list(handle_data.shape_and_type) if handle_data is not None else []
-    if not shapes_and_types:
-        raise errors.InvalidGraphError(
-            f"the function captures a resource {name!r} that is not a variable (a lookup table, "
-            "iterator or similar); tfplaceto can only import functions whose captured resources "
-            "are variables: pass such resources as function arguments or drop them")
-    dtype = tf.as_dtype(shapes_and_types[0].dtype)
-    shape = tf.TensorShape(shapes_and_types[0].shape)
-    try:
-        with tf.init_scope():
-            value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype).numpy()
-    except (tf.errors.OpError, ValueError, TypeError) as error:
-        raise errors.InvalidGraphError(
-            f"cannot read the captured variable {name!r} ({errors.first_line(error)}); initialize the "
-            "variables (or restore the checkpoint) before importing") from None
-    return dtype, shape, value
-
-
-def _var_handle_node_def(name: str, dtype: tf.DType, shape: tf.TensorShape,
-                         shared_name: str) -> node_def_pb2.NodeDef:
-    # Built by TF itself so that every attr (and its default) is exactly what the op wants.
-    with tf.Graph().as_default() as scratch:
-        tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, shared_name=shared_name, name="handle")
-    node = node_def_pb2.NodeDef()
-    node.CopyFrom(scratch.as_graph_def().node[0])
-    node.name = name
-    return node
-
-
-def _const_node_def(name: str, value, label: str) -> node_def_pb2.NodeDef:
-    if value.dtype == tf.variant:
-        raise errors.InvalidGraphError(
-            f"the function captures a variant tensor {label!r} (a dataset, TensorList or "
-            "similar) that cannot be written as a constant; pass it as a function argument")
-    try:
-        with tf.init_scope():
-            array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-    except (TypeError, ValueError, tf.errors.OpError) as error:
-        raise errors.InvalidGraphError(
-            f"the function captures {label!r}, which is not an eager tensor "
-            f"({errors.first_line(error)}); trace the function outside any other tf.function") from None
-    with tf.Graph().as_default() as scratch:
-        tf.constant(array, dtype=value.dtype, name="const")
-    node = node_def_pb2.NodeDef()
-    node.CopyFrom(scratch.as_graph_def().node[0])
-    node.name = name
-    return node
 
 
 def _concrete_function_of(function) -> Any:
@@ -612,198 +360,31 @@ def _from_loaded_saved_model(loaded, requested: tuple[str, ...], signature_key: 
                                    inlining)
 
 
-def _is_keras_model(source: Any) -> bool:
-    # Importing Keras costs seconds: only a process that already imported it can hold a model.
-    model_types = tuple(module.Model for module in (sys.modules.get("keras"),
-                                                    sys.modules.get("tf_keras"))
-                        if module is not None and isinstance(getattr(module, "Model", None), type))
-    return bool(model_types) and isinstance(source, model_types)
-
-
 def _from_keras_model(model, requested: tuple[str, ...], inlining: _Inlining) -> LoadedGraph:
-    x_spec = _keras_input_spec(model)
-    name = getattr(model, "name", type(model).__name__)
-    compiled = (getattr(model, "optimizer", None) is not None
-                and getattr(model, "compiled_loss", None) is not None)
-    if not compiled:
-        forward = tf.function(lambda x: model(x, training=False), jit_compile=False,
-                              autograph=True)
-        function = forward.get_concrete_function(x_spec)
-        return _from_concrete_function(function, requested,
-                                       f"Keras model {name!r} forward pass", inlining)
-
-    loss = getattr(model, "loss", None)
-    # compile() without a loss leaves {} (or None): only add_loss terms, so no targets to feed.
-    uses_targets = not (loss is None or (isinstance(loss, (Mapping, list, tuple)) and not loss))
-    y_spec = _keras_target_spec(model, x_spec) if uses_targets else None
-    with _tracing_optimizer(model) as optimizer:
-        if uses_targets:
-            def train_step(x, y):
-                return model.train_step((x, y))
-            step = tf.function(train_step, jit_compile=False)
-            function = step.get_concrete_function(x_spec, y_spec)
-        else:
-            # Compiled without a loss: only the model's own add_loss terms are minimized.
-            step = tf.function(lambda x: model.train_step((x,)), jit_compile=False)
-            function = step.get_concrete_function(x_spec)
-        # Read the variables while the (possibly cloned) optimizer, owner of the slots, lives.
-        description = (f"Keras model {name!r} training step "
-                       f"({type(optimizer).__name__}, loss {_loss_label(model.loss)})")
+    with keras_step.traced_step(model) as (function, description):
+        # Inside the block: the variables are read while the step's optimizer lives.
         return _from_concrete_function(function, requested, description, inlining)
-
-
-@contextlib.contextmanager
-def _tracing_optimizer(model) -> Iterator[Any]:
-    """Yields the optimizer the traced train step uses, with its slot variables created.
-
-    An optimizer that already has slots (the model was trained) is used as is: tracing adds no
-    state to it. An unbuilt one is cloned from its config and swapped in for the trace only, so the
-    user's optimizer is not built for today's trainable variables (which would make it reject a
-    later fit after, say, unfreezing layers). If it cannot be cloned, it is built, as fit would.
-    """
-    optimizer = model.optimizer
-    if _optimizer_is_built(optimizer):
-        yield optimizer
-        return
-    try:
-        clone = type(optimizer).from_config(optimizer.get_config())
-    except Exception:  # custom optimizers may not round-trip their config
-        clone = None
-    if clone is None:
-        _build_optimizer(optimizer, model.trainable_variables)
-        yield optimizer
-        return
-    _build_optimizer(clone, model.trainable_variables)
-    model.optimizer = clone
-    try:
-        yield clone
-    finally:
-        model.optimizer = optimizer
-
-
-def _optimizer_is_built(optimizer) -> bool:
-    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer wraps the real one
-    if inner is not None:
-        return _optimizer_is_built(inner)
-    if hasattr(optimizer, "_create_all_weights"):  # legacy OptimizerV2: slots made on first use
-        return bool(getattr(optimizer, "_slots", None))
-    return bool(getattr(optimizer, "_built", False))  # Keras 2.11+ optimizer
-
-
-def _build_optimizer(optimizer, variables) -> None:
-    inner = getattr(optimizer, "inner_optimizer", None)
-    with tf.init_scope():
-        if inner is not None:
-            _build_optimizer(inner, variables)
-        elif hasattr(optimizer, "_create_all_weights"):
-            optimizer._create_all_weights(variables)
-        else:
-            optimizer.build(variables)
-
-
-def _keras_input_spec(model) -> Any:
-    """TensorSpecs (batch dim unknown) with the structure the model is called with."""
-    def spec(tensor):
-        shape = tf.TensorShape(tensor.shape)
-        if shape.rank:
-            shape = tf.TensorShape([None, *shape.as_list()[1:]])
-        return tf.TensorSpec(shape, tensor.dtype)
-
-    if getattr(model, "_is_graph_network", False):
-        return tf.nest.map_structure(spec, model._nested_inputs)
-    save_spec = model.save_spec(dynamic_batch=True) if hasattr(model, "save_spec") else None
-    if save_spec and save_spec[0]:
-        return tf.nest.map_structure(spec, save_spec[0][0])
-    raise errors.InvalidGraphError(
-        f"Keras model {getattr(model, 'name', '')!r} has no known input shape; give it an Input "
-        "layer, or call it once on a batch (or model.build(shape)) before importing")
-
-
-def _keras_target_spec(model, x_spec) -> Any:
-    """TensorSpecs for y: the outputs' shapes; int32 without the last dim for sparse losses."""
-    if getattr(model, "_is_graph_network", False):
-        outputs = model._nested_outputs
-    else:
-        forward = tf.function(lambda x: model(x, training=False), jit_compile=False)
-        outputs = forward.get_concrete_function(x_spec).structured_outputs
-    flat_outputs = tf.nest.flatten(outputs)
-    if isinstance(outputs, Mapping):
-        names = sorted(outputs)  # tf.nest flattens a dict in sorted key order
-    else:
-        names = list(getattr(model, "output_names", None) or [])
-    names = (names + [None] * len(flat_outputs))[:len(flat_outputs)]
-    losses = model.loss
-    if isinstance(losses, Mapping):
-        per_output = [losses.get(name) for name in names]
-    elif isinstance(losses, (list, tuple)) and len(losses) == len(flat_outputs):
-        per_output = list(losses)
-    else:
-        per_output = [losses] * len(flat_outputs)
-
-    specs = []
-    for output, loss in zip(flat_outputs, per_output, strict=True):
-        shape = tf.TensorShape(output.shape)
-        if shape.rank:
-            shape = tf.TensorShape([None, *shape.as_list()[1:]])
-        if _is_sparse_categorical(loss) and shape.rank:
-            specs.append(tf.TensorSpec(shape[:-1], tf.int32))
-        else:
-            specs.append(tf.TensorSpec(shape, tf.float32))
-    return tf.nest.pack_sequence_as(outputs, specs)
-
-
-def _is_sparse_categorical(loss) -> bool:
-    if loss is None:
-        return False
-    names = [loss] if isinstance(loss, str) else [
-        type(loss).__name__, getattr(loss, "__name__", ""), getattr(loss, "name", "") or "",
-        getattr(getattr(loss, "fn", None), "__name__", "")]
-    return any(isinstance(name, str) and "sparse" in name.lower()
-               and "categorical" in name.lower() for name in names)
-
-
-def _loss_label(loss) -> str:
-    if isinstance(loss, str):
-        return loss
-    if isinstance(loss, Mapping):
-        return "{" + ", ".join(f"{k}: {_loss_label(v)}" for k, v in loss.items()) + "}"
-    if isinstance(loss, (list, tuple)):
-        return "[" + ", ".join(_loss_label(item) for item in loss) + "]"
-    return getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
 
 
 # -- built-in graphs ------------------------------------------------------------------------------
 
-def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | None,
-                  inlining: _Inlining) -> LoadedGraph:
+def build_builtin(name: str) -> tuple[Any, int]:
+    """The built-in graph `name` (`tfplaceto.graph.builtin.build`): (its compiled Keras model,
+    its default batch size). `import_graph` and `load_source("builtin:NAME")` both build here."""
     try:
-        builtin = importlib.import_module("tfplaceto.graph.builtin")
-    except ModuleNotFoundError as error:
-        if error.name not in ("tfplaceto.graph.builtin",):
-            raise
-        raise errors.InvalidGraphError(
-            f"unknown built-in graph {name!r}: this installation has no built-in graphs "
-            "(tfplaceto.graph.builtin is missing); run `tfplaceto models` to list them") from None
-    try:
-        source, _ = builtin.build(name)  # (model, default batch size): import_graph uses the batch
+        return builtin.build(name)
     except errors.TfplacetoError:
         raise
     except (KeyError, ValueError) as error:
         raise errors.InvalidGraphError(
             f"unknown built-in graph {name!r} ({errors.first_line(error)}); run `tfplaceto models` to "
             "list them") from None
-    if isinstance(source, str) and source.startswith(_BUILTIN_PREFIX):
-        raise errors.InvalidGraphError(f"built-in graph {name!r} refers to another built-in")
-    if hasattr(source, "graph_def") and not isinstance(source, LoadedGraph) \
-            and isinstance(source.graph_def, graph_pb2.GraphDef):
-        # An OpGraph (or similar bundle) carrying its GraphDef and fetches.
-        loaded = load_source(source.graph_def, requested or tuple(getattr(source, "fetches", ())),
-                             lower_control_flow=inlining.lower_control_flow,
-                             device_type=inlining.device_type)
-        values = dict(getattr(source, "variable_values", {}) or {})
-        return dataclasses.replace(loaded, variable_values={**values, **loaded.variable_values},
-                                   description=f"built-in graph {name!r}")
-    loaded = load_source(source, requested or None, signature_key=signature_key,
+
+
+def _from_builtin(name: str, requested: tuple[str, ...], signature_key: str | None,
+                  inlining: _Inlining) -> LoadedGraph:
+    model, _ = build_builtin(name)  # import_graph takes the default batch size from build_builtin
+    loaded = load_source(model, requested or None, signature_key=signature_key,
                          lower_control_flow=inlining.lower_control_flow,
                          device_type=inlining.device_type)
     return dataclasses.replace(loaded, description=f"built-in graph {name!r} ({loaded.description})")
@@ -860,14 +441,9 @@ def _name_of(item) -> str:
         if not isinstance(name, str):
             raise TypeError(item)
         item = name
-    return _op_name(item)
+    return op_name(item)
 
 
-def _op_name(name: str) -> str:
-    """"x:0" -> "x", "^x" -> "x"."""
-    name = name.lstrip("^")
-    head, _, tail = name.rpartition(":")
-    return head if head and tail.isdigit() else name
 
 
 def _resolve_fetches(fetches: Sequence[str], names: set[str]) -> tuple[str, ...]:
@@ -903,7 +479,7 @@ def _check_graph_def(graph_def: graph_pb2.GraphDef, description: str) -> None:
                 f"{description}: node {node.name!r} has op type {node.op!r}, which TensorFlow "
                 f"{tf.__version__} does not know; load its op library (tf.load_op_library) first")
         for tensor in node.input:
-            if _op_name(tensor) not in names:
+            if op_name(tensor) not in names:
                 raise errors.InvalidGraphError(
                     f"{description}: node {node.name!r} reads {tensor!r}, which is not in the "
                     "graph; the graph is incomplete (was it pruned or truncated?)")
@@ -922,27 +498,8 @@ def _feeds_of_graph_def(graph_def: graph_pb2.GraphDef) -> tuple[Feed, ...]:
 
 # -- small helpers ----------------------------------------------------------------------------------
 
-def _copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
-    result = graph_pb2.GraphDef()
-    result.CopyFrom(graph_def)
-    return result
 
 
-def _sinks(graph_def: graph_pb2.GraphDef) -> list[str]:
-    consumed = {_op_name(tensor) for node in graph_def.node for tensor in node.input}
-    return [node.name for node in graph_def.node if node.name not in consumed]
-
-
-def _strip_no_inline_attrs(graph_def: graph_pb2.GraphDef) -> None:
-    for node in graph_def.node:
-        for attr in _NO_INLINE_ATTRS:
-            node.attr.pop(attr, None)
-    for function in graph_def.library.function:
-        for attr in (*_NO_INLINE_ATTRS, *_SWAPPABLE_FUNCTION_ATTRS):
-            function.attr.pop(attr, None)
-        for node in function.node_def:
-            for attr in _NO_INLINE_ATTRS:
-                node.attr.pop(attr, None)
 
 
 def _op_is_registered(op_type: str) -> bool:
@@ -953,30 +510,5 @@ def _op_is_registered(op_type: str) -> bool:
 
 def _shape_list(shape: tf.TensorShape) -> list[int | None] | None:
     return None if shape.rank is None else shape.as_list()
-
-
-def _shared_name_of(variable) -> str | None:
-    if variable is None:
-        return None
-    name = getattr(variable, "_shared_name", None) or getattr(variable, "name", None)
-    if not isinstance(name, str) or not name:
-        return None
-    return _op_name(name)
-
-
-def _safe_variables(function) -> tuple:
-    try:
-        return tuple(function.variables)
-    except (AttributeError, ValueError):
-        return ()
-
-
-def _unique(base: str, used: set[str]) -> str:
-    if base not in used:
-        return base
-    index = 1
-    while f"{base}_{index}" in used:
-        index += 1
-    return f"{base}_{index}"
 
 

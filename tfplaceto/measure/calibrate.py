@@ -40,8 +40,9 @@ import numpy as np
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Link
 from tfplaceto.costs.cost_profile import CostProfile
-from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.measure.devices import DeviceTimes
+from tfplaceto.graph.from_graph_def import colocated_kernels
+from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
+from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
 from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
@@ -218,8 +219,6 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
     Devices get `compute_scale` = their reference-chain time over the first device of their kind;
     hosts whose devices measurably slow each other down become ContentionGroups.
     """
-    from tfplaceto.measure.devices import host_groups, measure_devices
-
     target = as_target(target)
     names = target.devices
     if links is None:
@@ -248,9 +247,9 @@ def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2
     """
     import tensorflow as tf
 
+    # Imported here: costs.measured sets variables up with measure.session, and this package's
+    # __init__ imports this module, so a module-level import would be a cycle.
     from tfplaceto.costs.measured import op_seconds
-    from tfplaceto.graph.from_graph_def import colocated_kernels
-    from tfplaceto.graph.op_graph import DEVICE_TYPES
 
     target = _target(target)
     cluster = cluster if cluster is not None else target.cluster()

@@ -44,6 +44,8 @@ import numpy as np
 
 from tfplaceto import checks, errors
 from tfplaceto.cluster import ContentionGroup
+from tfplaceto.measure.measure import map_run_error
+from tfplaceto.measure.tf_cluster import GrpcTarget, as_target
 
 # A group whose measured efficiency is at least 1 - MIN_CONTENTION is not modelled.
 MIN_CONTENTION = 0.05
@@ -97,13 +99,11 @@ class DeviceTimes:
 
 def host_groups(target) -> list[tuple[str, ...]]:
     """Devices of the target that share a host, as groups of two or more (see the docstring)."""
-    from tfplaceto.measure.tf_cluster import _GrpcTarget
-
     hosts: dict[str, list[str]] = {}
     for device in target.devices:
         task = device.split("/device:")[0]
         host = task
-        if isinstance(target, _GrpcTarget):
+        if isinstance(target, GrpcTarget):
             host = _task_host(target.cluster_spec, task) or task
         hosts.setdefault(host, []).append(device)
     return [tuple(devices) for devices in hosts.values() if len(devices) >= 2]
@@ -135,9 +135,6 @@ def measure_devices(target, devices: Sequence[str] | None = None,
       progress: called as progress("devices", done, total) after each timed variant.
     """
     import tensorflow as tf
-
-    from tfplaceto.measure.measure import map_run_error
-    from tfplaceto.measure.tf_cluster import as_target
 
     target = as_target(target)
     rounds = checks.check_int("calibration rounds", rounds, 1, 10**4)

@@ -197,7 +197,7 @@ def graph_parts(graph) -> tuple:
         if graph.graph_def is None:
             raise errors.InvalidGraphError(
                 "this OpGraph has no GraphDef (a grouped graph?); measure the op-level graph from "
-                "tp.import_graph with an op-level placement (tfplaceto.placement.expand)")
+                "tp.import_graph with an op-level placement (Grouping.expand maps group devices to ops)")
         return graph.graph_def, tuple(graph.fetches), dict(graph.variable_values)
     if isinstance(graph, tf.compat.v1.GraphDef):
         if not graph.node:

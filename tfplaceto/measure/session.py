@@ -8,6 +8,9 @@
   holding its value, so a timed step does not ship its inputs from the client.
 - `run_placed(...)`: runs a placed GraphDef on any Session target (in-process or grpc://) and
   times `runs` steps; every variable gets a value (the known one, else a small random one).
+- `initialize_variables(session, graph, values)`: the known values assigned to an imported
+  graph's VarHandleOps; `initialize_all_variables` also gives every other variable a small
+  random value (the measured cost profile, `run_placed`).
 Tests use `run_graph` to check a placed graph computes what the original computes; `tp.measure`
 and `tp.calibrate_links` use `run_placed` to time placements.
 """
@@ -19,9 +22,9 @@ import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import tensorflow as tf
 
 from tfplaceto import errors
-from tfplaceto.graph.sources import initialize_all_variables
 
 _INPUT_SUFFIX = "/tfplaceto_input"
 _VARIABLE_TYPES = ("VarHandleOp", "VariableV2")
@@ -29,8 +32,6 @@ _VARIABLE_TYPES = ("VarHandleOp", "VariableV2")
 
 def random_feeds(graph_def, seed: int = 0) -> dict[str, np.ndarray]:
     """placeholder name -> random value (shapes must be known: import fills the batch size)."""
-    import tensorflow as tf
-
     rng = np.random.default_rng(seed)
     feeds = {}
     for node in graph_def.node:
@@ -67,10 +68,6 @@ def run_graph(graph_def, fetches: Sequence[str], config=None, variable_values: M
               feeds: Mapping[str, np.ndarray] | None = None, runs: int = 1, warmup: int = 0,
               trace: bool = False) -> RunResult:
     """Runs graph_def's fetches; see the module docstring. `config` is a ConfigProto."""
-    import tensorflow as tf
-
-    from tfplaceto.graph.sources import initialize_variables
-
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
@@ -107,8 +104,6 @@ def inputs_as_variables(graph_def, feeds: Mapping[str, np.ndarray]):
     come from an input pipeline on the worker; feeding them from the client each step would
     add a client-to-device copy to the step time that the placement is not responsible for.
     """
-    import tensorflow as tf
-
     result = tf.compat.v1.GraphDef()
     result.CopyFrom(graph_def)
     values = {}
@@ -143,8 +138,6 @@ def run_placed(graph_def, fetches: Sequence[str], target: str = "", config=None,
     `feeds` default to `random_feeds`. tf.errors.OpError propagates (callers map it to typed
     errors with the target in the message). Returns a RunResult without outputs or variables.
     """
-    import tensorflow as tf
-
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
@@ -168,3 +161,70 @@ def run_placed(graph_def, fetches: Sequence[str], target: str = "", config=None,
             if trace:
                 stats.append(metadata.step_stats)
     return RunResult({}, {}, times, stats)
+
+
+def initialize_variables(session: tf.compat.v1.Session, graph: tf.Graph,
+                         variable_values: Mapping[str, np.ndarray],
+                         import_scope: str = "") -> None:
+    """Assigns each value to the VarHandleOp of that name in `graph`, running in `session`.
+
+    `graph` is the tf.Graph the LoadedGraph's GraphDef was imported into; `import_scope` is the
+    `name` given to tf.import_graph_def (its default is "import"; pass "" when it was imported
+    with name=""). Values are fed through placeholders so the graph does not grow by their bytes.
+    """
+    if not variable_values:
+        return
+    feed_dict = {}
+    assigns = []
+    with graph.as_default(), tf.name_scope("tfplaceto_initialize_variables"):
+        for name, value in variable_values.items():
+            full_name = f"{import_scope}/{name}" if import_scope else name
+            try:
+                handle = graph.get_operation_by_name(full_name)
+            except KeyError:
+                raise errors.InvalidGraphError(
+                    f"variable {full_name!r} is not an op of the graph; import the LoadedGraph's "
+                    "graph_def into this graph (and pass import_scope if it was imported with a "
+                    "name prefix)") from None
+            if handle.type != "VarHandleOp":
+                raise errors.InvalidGraphError(
+                    f"{full_name!r} is a {handle.type}, not a VarHandleOp; variable_values must "
+                    "come from the same LoadedGraph as the graph")
+            value = np.asarray(value)
+            placeholder = tf.compat.v1.placeholder(handle.get_attr("dtype"), value.shape)
+            assigns.append(tf.raw_ops.AssignVariableOp(resource=handle.outputs[0],
+                                                       value=placeholder))
+            feed_dict[placeholder] = value
+    session.run(assigns, feed_dict=feed_dict)
+
+
+def initialize_all_variables(session: tf.compat.v1.Session, graph: tf.Graph,
+                             variable_values: Mapping[str, np.ndarray], rng: np.random.Generator) -> None:
+    """Initializes every variable of `graph`: known values where given (`initialize_variables`),
+    small random floats (zeros for other dtypes) elsewhere, each assign colocated with its
+    variable (an unplaced assign could land on another task)."""
+    variables = [op for op in graph.get_operations() if op.type in ("VarHandleOp", "VariableV2", "Variable")]
+    known = {op.name: variable_values[op.name] for op in variables
+             if op.name in variable_values and op.type == "VarHandleOp"}
+    initialize_variables(session, graph, known)
+    assigns, feed_dict = [], {}
+    with graph.as_default(), tf.name_scope("tfplaceto_random_init"):
+        for op in variables:
+            if op.name in known:
+                continue
+            dtype = tf.dtypes.as_dtype(op.get_attr("dtype")).base_dtype
+            shape = tf.TensorShape(op.get_attr("shape"))
+            dims = [d if d is not None else 1 for d in shape.as_list()] if shape.rank is not None else []
+            if dtype.is_floating:
+                value = (rng.standard_normal(dims) * 0.1).astype(dtype.as_numpy_dtype)
+            else:
+                value = np.zeros(dims, dtype.as_numpy_dtype)
+            placeholder = tf.compat.v1.placeholder(dtype, value.shape)
+            with graph.colocate_with(op):
+                if op.type == "VarHandleOp":
+                    assigns.append(tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=placeholder))
+                else:
+                    assigns.append(tf.compat.v1.assign(op.outputs[0], placeholder, validate_shape=False))
+            feed_dict[placeholder] = value
+    if assigns:
+        session.run(assigns, feed_dict=feed_dict)

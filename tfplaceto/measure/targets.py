@@ -30,7 +30,9 @@ import numpy as np
 
 from tfplaceto import checks, errors
 from tfplaceto.cluster import Cluster
+from tfplaceto.measure.calibrate import calibrate_cluster
 from tfplaceto.measure.tf_cluster import LocalTarget, LocalTFCluster, RemoteTFCluster, TFTarget
+from tfplaceto.outputs import OutputSet
 
 _FORMS = ("local, local:N, loopback:N, a ClusterSpec as JSON (inline or a .json file), or "
           "grpc://host:port[,grpc://host:port...]")
@@ -125,9 +127,6 @@ def calibrate_to_file(spec: str, out: str | os.PathLike, *, rounds: int = 5, run
     only); progress: a progress bar on stderr (None: when stderr is a terminal). The output path
     is checked before any measurement and written atomically after all of it.
     """
-    from tfplaceto.measure.calibrate import calibrate_cluster
-    from tfplaceto.outputs import OutputSet
-
     for label, value in (("--rounds", rounds), ("--runs", runs), ("link runs", link_runs)):
         checks.check_int(f"calibrate {label}", value, 1, 10**4)
     outputs = OutputSet({"--out": out}, overwrite=overwrite)

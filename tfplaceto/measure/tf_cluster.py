@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 
 from tfplaceto import checks, errors
-from tfplaceto.cluster import MAX_DEVICES, Cluster, Device, Link, _host_memory_bytes
+from tfplaceto.cluster import MAX_DEVICES, Cluster, Device, Link, host_memory_bytes
 
 MAX_LOCAL_TASKS = 64
 
@@ -96,7 +96,7 @@ class LocalTarget(TFTarget):
                        name=self.description)
 
 
-class _GrpcTarget(TFTarget):
+class GrpcTarget(TFTarget):
     """A TF distributed cluster reached over gRPC: `cluster_spec`, `target`, its devices."""
 
     def __init__(self, cluster_spec, target: str | None = None, timeout_s: float = 600.0):
@@ -128,7 +128,7 @@ class _GrpcTarget(TFTarget):
         return config
 
 
-class RemoteTFCluster(_GrpcTarget):
+class RemoteTFCluster(GrpcTarget):
     """Servers started elsewhere with `cluster_spec` (tf.distribute.Server on each machine).
 
     Args:
@@ -148,7 +148,7 @@ class RemoteTFCluster(_GrpcTarget):
         return cls({_JOB: [target[len("grpc://"):]]}, target=target, timeout_s=timeout_s)
 
 
-class LocalTFCluster(_GrpcTarget):
+class LocalTFCluster(GrpcTarget):
     """n worker tasks of a TF distributed cluster, each a `tf.distribute.Server` in its own process.
 
     Args:
@@ -370,7 +370,7 @@ def _device(name: str, n_devices: int) -> Device:
     device_type = name.rsplit("/device:", 1)[-1].split(":")[0]
     if device_type == "CPU":
         cores = max(1, _available_cores() // max(n_devices, 1))
-        return Device(name, "CPU", _host_memory_bytes() // max(n_devices, 1), model="host",
+        return Device(name, "CPU", host_memory_bytes() // max(n_devices, 1), model="host",
                       peak_gflops=_CPU_GFLOPS_PER_CORE * cores, memory_bandwidth_gbs=20.0,
                       num_cores=cores, frequency_mhz=2500.0)
     return Device(name, device_type, 16 * 2**30, model="generic")

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from tfplaceto import errors
+from tfplaceto.outputs import atomic_directory
 from tfplaceto.policy import features as F
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
@@ -37,20 +37,12 @@ def save_policy(network, directory: str, notes: dict | None = None, saver=None) 
     import tensorflow as tf
 
     network.warm_up()  # a network never called yet has no variables to save
-    tmp = f"{directory.rstrip(os.sep)}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    tf.train.Checkpoint(network=network).write(os.path.join(tmp, _WEIGHTS))
-    with open(os.path.join(tmp, _CONFIG), "w") as f:
-        json.dump({"network": network.config, "features": _FEATURES, "notes": notes or {}}, f, indent=1)
-    if saver is not None:
-        _export_saved_policy(saver, os.path.join(tmp, SAVED_POLICY))
-    old = f"{directory.rstrip(os.sep)}.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(directory):
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_directory(directory) as tmp:
+        tf.train.Checkpoint(network=network).write(os.path.join(tmp, _WEIGHTS))
+        with open(os.path.join(tmp, _CONFIG), "w") as f:
+            json.dump({"network": network.config, "features": _FEATURES, "notes": notes or {}}, f, indent=1)
+        if saver is not None:
+            _export_saved_policy(saver, os.path.join(tmp, SAVED_POLICY))
 
 
 def _export_saved_policy(saver, path: str) -> None:

@@ -50,7 +50,7 @@ from tf_agents.drivers import py_driver
 from tf_agents.policies import policy_saver, py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 
-from tfplaceto.placement import atomic_write
+from tfplaceto.outputs import atomic_write
 from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork

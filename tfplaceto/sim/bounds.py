@@ -20,8 +20,7 @@ import numba
 import numpy as np
 
 from tfplaceto.cluster import Cluster, as_cluster
-from tfplaceto.graph.op_graph import OpGraph
-from tfplaceto.sim.plan import csr
+from tfplaceto.graph.op_graph import OpGraph, csr
 from tfplaceto.sim.simulator import resolve_costs
 
 
@@ -44,7 +43,7 @@ def critical_path(op_graph: OpGraph, weight: np.ndarray) -> float:
     """Longest path through data and control edges with node weights `weight` (seconds)."""
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int32)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int32)
-    pred_ptr, preds = csr(receivers, senders, op_graph.num_ops)
+    pred_ptr, preds = csr(receivers, op_graph.num_ops, senders, np.int32)
     return float(_longest_path(np.asarray(op_graph.topo_order, np.int64), pred_ptr, preds,
                                np.asarray(weight, np.float64)))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tfplaceto.errors import format_bytes
-from tfplaceto.placement import atomic_write
+from tfplaceto.outputs import atomic_write
 from tfplaceto.sim.trace import short_device
 
 if TYPE_CHECKING:  # only for annotations: result.py imports this module

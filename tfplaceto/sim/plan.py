@@ -34,21 +34,13 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.cluster import Cluster
-from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.graph.op_graph import OpGraph, csr
 
 
 def _owned(array, dtype) -> np.ndarray:
     """A private writable C-contiguous copy: numba compiles one specialization for writable arrays,
     and OpGraph/Cluster arrays are read-only, which would make a second one."""
     return np.array(array, dtype=dtype, order="C", copy=True)
-
-
-def csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr, values grouped by key): values[ptr[k]:ptr[k+1]] belong to key k, stable order."""
-    order = np.argsort(keys, kind="stable")
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr, _owned(values[order], np.int32)
 
 
 def check_compute(compute_s: np.ndarray, num_nodes: int, num_devices: int) -> np.ndarray:
@@ -115,19 +107,19 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
     tensor_producer = _owned(op_graph.tensor_producer, np.int32)
     edge_tensor = _owned(op_graph.edge_tensor, np.int32)
     edge_consumer = _owned(op_graph.edge_consumer, np.int32)
-    num_tensors, num_edges = len(tensor_producer), len(edge_tensor)
-    prod_ptr, prod_tensors = csr(tensor_producer, np.arange(num_tensors), n)
+    num_tensors = len(tensor_producer)
+    prod_ptr, prod_tensors = csr(tensor_producer, n, dtype=np.int32)
     # Inputs: edges grouped by consumer. cons_order[k] is the edge at input position k.
-    cons_ptr, cons_order = csr(edge_consumer, np.arange(num_edges), n)
+    cons_ptr, cons_order = csr(edge_consumer, n, dtype=np.int32)
     input_tensor = _owned(edge_tensor[cons_order], np.int32)
     input_producer = _owned(tensor_producer[input_tensor], np.int32)
     # Readers: the same positions grouped by tensor; stable, so each tensor's consumers keep
     # increasing index and transfers and readiness are generated in a fixed order.
-    tensor_ptr, tensor_cpos = csr(input_tensor, np.arange(num_edges), num_tensors)
+    tensor_ptr, tensor_cpos = csr(input_tensor, num_tensors, dtype=np.int32)
     tensor_cons = _owned(edge_consumer[cons_order][tensor_cpos], np.int32)
     control_senders = np.asarray(op_graph.control_senders, np.int32)
     control_receivers = np.asarray(op_graph.control_receivers, np.int32)
-    ctrl_ptr, ctrl_succ = csr(control_senders, control_receivers, n)
+    ctrl_ptr, ctrl_succ = csr(control_senders, n, control_receivers, np.int32)
     indegree = (np.bincount(edge_consumer, minlength=n)
                 + np.bincount(control_receivers, minlength=n)).astype(np.int32)
     streams = np.array([d.streams for d in cluster.devices], np.int32)

@@ -1,6 +1,6 @@
 """`SimResult`: what one simulated step produced, and its views (Chrome trace, Gantt chart).
 
-The scalar fields are the public contract (API.md): step_time_s, peak_memory_bytes, oom, busy_s,
+The scalar fields are the public contract (`tp.SimResult`): step_time_s, peak_memory_bytes, oom, busy_s,
 transfer_bytes. The schedule arrays (node start/end/device, transfers) are kept for traces, for
 policy features (simulated start times) and for tests. Rendering lives in `trace.py`/`gantt.py`.
 """
@@ -11,6 +11,8 @@ import dataclasses
 import os
 
 import numpy as np
+
+from tfplaceto.sim import gantt, trace
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,14 +73,10 @@ class SimResult:
 
     def save_chrome_trace(self, path: str | os.PathLike) -> None:
         """Writes Chrome trace event JSON (chrome://tracing, Perfetto): a track per device and link."""
-        from tfplaceto.sim import trace
-
         trace.save_chrome_trace(self, path)
 
     def plot_gantt(self, path: str | os.PathLike, color_by: str = "group") -> None:
         """Writes a PNG Gantt chart: devices and used links as rows; color_by "group" or "node"."""
-        from tfplaceto.sim import gantt
-
         gantt.plot_gantt(self, path, color_by=color_by)
 
     def __repr__(self) -> str:

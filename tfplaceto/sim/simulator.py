@@ -3,7 +3,7 @@
 - `Simulator(op_graph, cluster, compute_s)`: precomputes the `SimGraph` once; `.run(device_of)`
   calls the compiled kernel only (the RL loop and placers use this), `.run_batch(devices)` many
   placements in one call, `.result(device_of)` the full `SimResult`.
-- `simulate(op_graph, placement, cluster, costs=None)`: the one-shot convenience (API.md).
+- `simulate(op_graph, placement, cluster, costs=None)`: the one-shot convenience (public: `tp.simulate`).
 - `resolve_costs`, `device_indices`: turn what users pass (CostProfile or array; Placement, dict
   or index array) into the kernel's arrays, raising tfplaceto's typed errors on bad input.
 - `default_costs(op_graph, cluster)`: the hook used when no costs are given.
@@ -13,8 +13,7 @@ The scheduling semantics are documented in `tfplaceto/sim/kernel.py`.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -26,32 +25,14 @@ from tfplaceto.sim import kernel
 from tfplaceto.sim.plan import SimGraph, build_sim_graph, check_compute
 from tfplaceto.sim.result import SimResult
 
-# Where the analytical profiler may live (it is written elsewhere); first callable wins.
-_PROFILERS = (("tfplaceto.costs", "profile_graph"), ("tfplaceto.costs", "profile"),
-              ("tfplaceto", "profile"))
-
-
-def _find_profiler() -> Callable | None:
-    for module_name, attribute in _PROFILERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        function = getattr(module, attribute, None)
-        if callable(function):  # a submodule of the same name is not callable
-            return function
-    return None
-
 
 def default_costs(op_graph: OpGraph, cluster: Cluster) -> np.ndarray:
-    """(nodes, devices) seconds from the analytical profiler; CostProfileError if there is none."""
-    profiler = _find_profiler()
-    if profiler is None:
-        raise errors.CostProfileError(
-            "no costs given and no cost profiler is available; pass costs= a CostProfile "
-            "(tp.profile(op_graph, cluster)) or an (ops, devices) array of seconds")
-    profile = profiler(op_graph, cluster, source="analytical")
-    return profile.per_device(op_graph, cluster)
+    """(nodes, devices) seconds of the analytical profile (`tfplaceto.costs.profile`)."""
+    # Imported here, not at the top: the simulator runs on numpy and numba alone, and
+    # tfplaceto.costs loads TensorFlow (grappler).
+    from tfplaceto import costs
+
+    return costs.profile(op_graph, cluster, source="analytical").per_device(op_graph, cluster)
 
 
 def resolve_costs(op_graph: OpGraph, cluster: Cluster, costs=None) -> np.ndarray:
@@ -109,14 +90,14 @@ class Simulator:
 
     Args:
       op_graph: the graph (ops or groups).
-      cluster: a Cluster or a preset name.
+      cluster: the Cluster (`simulate` and the other public verbs take preset names too).
       compute_s: a CostProfile, a (nodes, devices) array of seconds, or None for the analytical
         profile.
     """
 
-    def __init__(self, op_graph: OpGraph, cluster: Cluster | str, compute_s=None):
+    def __init__(self, op_graph: OpGraph, cluster: Cluster, compute_s=None):
         self.op_graph = op_graph
-        self.cluster = as_cluster(cluster)
+        self.cluster = cluster
         self.sim_graph: SimGraph = build_sim_graph(
             op_graph, self.cluster, resolve_costs(op_graph, self.cluster, compute_s))
         self._args = self.sim_graph.kernel_args()

@@ -3,7 +3,7 @@
 One process ("tfplaceto simulated step"); thread ids 0..D-1 are the devices (every device gets a
 track, idle or not), then one track per link that carried a transfer, in (src, dst) order. Events
 are complete ("X") events in microseconds; op name, type and device, or the transfer's tensor,
-producer and bytes, go in `args`. Written atomically (`tfplaceto.placement.atomic_write`).
+producer and bytes, go in `args`. Written atomically (`tfplaceto.outputs.atomic_write`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from tfplaceto.placement import atomic_write
+from tfplaceto.outputs import atomic_write
 
 if TYPE_CHECKING:  # only for annotations: result.py imports this module
     from tfplaceto.sim.result import SimResult

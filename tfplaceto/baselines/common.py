@@ -39,6 +39,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.graph.op_graph import csr
 from tfplaceto.problem import Problem
 
 # Relative tolerance under which two start/finish times count as equal (float sums of different
@@ -164,13 +165,6 @@ def candidate_devices(problem: Problem) -> np.ndarray:
     return candidates
 
 
-def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(keys, kind="stable")
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr, order
-
-
 def prepare(problem: Problem) -> Instance:
     """The Instance of a problem (O(N + E), computed once per placer call)."""
     graph = problem.graph
@@ -189,10 +183,10 @@ def prepare(problem: Problem) -> Instance:
     pair_src, pair_dst = keys // n, keys % n
     pair_bytes = np.bincount(inverse, weights=nbytes[keep], minlength=len(keys))
     pair_tensors = np.bincount(inverse, weights=ntensors[keep], minlength=len(keys))
-    parent_ptr, parent_pairs = _csr(pair_dst, n)
-    child_ptr, child_pairs = _csr(pair_src, n)
-    input_ptr, by_consumer = _csr(np.asarray(graph.edge_consumer, np.int64), n)
-    control_ptr, by_receiver = _csr(np.asarray(graph.control_receivers, np.int64), n)
+    parent_ptr, parent_pairs = csr(pair_dst, n)
+    child_ptr, child_pairs = csr(pair_src, n)
+    input_ptr, by_consumer = csr(graph.edge_consumer, n)
+    control_ptr, by_receiver = csr(graph.control_receivers, n)
 
     latency = np.array(problem.cluster.latency, float)
     with np.errstate(divide="ignore"):
