@@ -239,6 +239,12 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
     np.testing.assert_array_equal(groups[group], chosen - ages.reshape(-1)[chosen])  # from its embedding
 
 
+@pytest.mark.parametrize("refresh_every", [0, 2.5, True])
+def test_a_bad_refresh_is_a_typed_error(refresh_every):
+    with pytest.raises(errors.InvalidArgumentError, match="refresh_every"):
+        PlacetoNetwork(refresh_every=refresh_every)
+
+
 def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
     problem = two_chains(length=4, megabytes=100)
     logdir = str(tmp_path / "run")

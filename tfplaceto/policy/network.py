@@ -27,6 +27,7 @@ import sonnet as snt
 import tensorflow as tf
 from graph_nets import graphs
 
+from tfplaceto import errors
 from tfplaceto.policy import features as F
 
 MASKED_LOGIT = -1e9
@@ -178,8 +179,8 @@ class PlacetoNetwork(snt.Module):
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  name: str = "placeto_network"):
         super().__init__(name=name)
-        if refresh_every < 1:
-            raise ValueError(f"refresh_every must be >= 1, got {refresh_every}")
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
+            raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
