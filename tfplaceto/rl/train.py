@@ -380,6 +380,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     source = (collector or Embedded)(env, policy, agent, settings)
 
     def save() -> None:
+        nonlocal updates_since_save
+        updates_since_save = 0  # batches since the last checkpoint, whoever wrote it
         if manager is None:
             return
         wall = wall_before + time.perf_counter() - start
@@ -466,7 +468,6 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         updates_since_save += 1
         if updates_since_save >= checkpoint_every:
             save()
-            updates_since_save = 0
     if bar is not None:
         bar.close()
     if selection is not None and batches_since_select:
