@@ -207,18 +207,8 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                     memory[dst] += nbytes
                     if memory[dst] > peak[dst]:
                         peak[dst] = memory[dst]
-                # Push (end, item) on the binary min-heap.
-                i = h_size
+                _sift_up(h_time, h_id, h_size, end, item)  # push (end, item)
                 h_size += 1
-                while i > 0:
-                    parent = (i - 1) >> 1
-                    if h_time[parent] < end or (h_time[parent] == end and h_id[parent] < item):
-                        break
-                    h_time[i] = h_time[parent]
-                    h_id[i] = h_id[parent]
-                    i = parent
-                h_time[i] = end
-                h_id[i] = item
         n_dirty = 0
         if n_groups > 0:
             _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes, h_time, h_id,
@@ -232,23 +222,7 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
             item = h_id[0]
             # Pop: move the last entry to the root and sift it down.
             h_size -= 1
-            last_time = h_time[h_size]
-            last_id = h_id[h_size]
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= h_size:
-                    break
-                if child + 1 < h_size and (h_time[child + 1] < h_time[child] or (
-                        h_time[child + 1] == h_time[child] and h_id[child + 1] < h_id[child])):
-                    child += 1
-                if h_time[child] > last_time or (h_time[child] == last_time and h_id[child] > last_id):
-                    break
-                h_time[i] = h_time[child]
-                h_id[i] = h_id[child]
-                i = child
-            h_time[i] = last_time
-            h_id[i] = last_id
+            _sift_down(h_time, h_id, h_size, 0, h_time[h_size], h_id[h_size])
 
             queue = item_queue[item]
             slots[queue] += 1
@@ -378,23 +352,46 @@ def _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes, h
         return
     # Heapify (keys (time, item)); the heap holds at most one entry per stream and link.
     for root in range(h_size // 2 - 1, -1, -1):
-        time = h_time[root]
-        ident = h_id[root]
-        i = root
-        while True:
-            child = 2 * i + 1
-            if child >= h_size:
-                break
-            if child + 1 < h_size and (h_time[child + 1] < h_time[child] or (
-                    h_time[child + 1] == h_time[child] and h_id[child + 1] < h_id[child])):
-                child += 1
-            if h_time[child] > time or (h_time[child] == time and h_id[child] > ident):
-                break
-            h_time[i] = h_time[child]
-            h_id[i] = h_id[child]
-            i = child
-        h_time[i] = time
-        h_id[i] = ident
+        _sift_down(h_time, h_id, h_size, root, h_time[root], h_id[root])
+
+
+# The heap of running items, keyed (end time, item): helpers inlined into their callers at
+# numba's IR level (`inline="always"`), so the hot loop makes no call and no reference counting
+# of the arrays (see simulate_schedule).
+@numba.njit(inline="always")
+def _earlier(time_a, id_a, time_b, id_b):
+    """Whether heap key (time_a, id_a) comes before (time_b, id_b)."""
+    return time_a < time_b or (time_a == time_b and id_a < id_b)
+
+
+@numba.njit(inline="always")
+def _sift_up(h_time, h_id, i, time, ident):
+    """Puts the entry (time, ident) at the free slot i (the heap's end) and sifts it up."""
+    while i > 0 and _earlier(time, ident, h_time[(i - 1) >> 1], h_id[(i - 1) >> 1]):
+        parent = (i - 1) >> 1
+        h_time[i] = h_time[parent]
+        h_id[i] = h_id[parent]
+        i = parent
+    h_time[i] = time
+    h_id[i] = ident
+
+
+@numba.njit(inline="always")
+def _sift_down(h_time, h_id, h_size, i, time, ident):
+    """Puts the entry (time, ident) at slot i of the heap h_time/h_id[:h_size] and sifts it down."""
+    while True:
+        child = 2 * i + 1
+        if child >= h_size:
+            break
+        if child + 1 < h_size and _earlier(h_time[child + 1], h_id[child + 1], h_time[child], h_id[child]):
+            child += 1
+        if _earlier(time, ident, h_time[child], h_id[child]):
+            break
+        h_time[i] = h_time[child]
+        h_id[i] = h_id[child]
+        i = child
+    h_time[i] = time
+    h_id[i] = ident
 
 
 @numba.njit(cache=True)
