@@ -34,6 +34,7 @@ algorithm's model never beats ours on the same problem.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -272,6 +273,18 @@ def combinations(options: dict[str, tuple], fixed: dict[str, object]) -> list[di
         values = choices if fixed.get(name) is None else (fixed[name],)
         combos = [dict(combo, **{name: value}) for combo in combos for value in values]
     return combos
+
+
+def best_variant(problem: Problem, make: Callable[..., np.ndarray], options: dict[str, tuple],
+                 fixed: dict[str, object]) -> np.ndarray:
+    """The placement `make(problem, inst, **variant)` the simulator scores best (`best_of`) over
+    every combination of `options` not `fixed` (`combinations`); the Instance is prepared and
+    checked once for them all. The shape of a deterministic best-of placer's `place`."""
+    inst = prepare(problem)
+    check_persistent_fits(problem, inst)
+    return best_of(problem, {
+        tuple(variant.values()): functools.partial(make, problem, inst, **variant)
+        for variant in combinations(options, fixed)})[1]
 
 
 def best_of(problem: Problem, variants: dict[str, Callable[[], np.ndarray]]) -> tuple[str, np.ndarray]:

@@ -33,11 +33,7 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
           comm_model: str | None = None) -> np.ndarray:
     """HEFT under `comm_model`, or under each of `COMM_MODELS` keeping the best."""
     del seed, budget_s  # deterministic, one pass per model
-    inst = common.prepare(problem)
-    common.check_persistent_fits(problem, inst)
-    models = COMM_MODELS if comm_model is None else (comm_model,)
-    return common.best_of(problem, {
-        model: lambda model=model: schedule(problem, inst, model) for model in models})[1]
+    return common.best_variant(problem, schedule, {"comm_model": COMM_MODELS}, {"comm_model": comm_model})
 
 
 def schedule(problem: Problem, inst: common.Instance, comm_model: str = "none") -> np.ndarray:

@@ -38,8 +38,6 @@ level (~20,000 ops, 9 devices) schedules in a few seconds.
 
 from __future__ import annotations
 
-import functools
-
 import numba
 import numpy as np
 
@@ -58,12 +56,8 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
     """m-ETF with the given options, trying every combination of those left None (`OPTIONS`)
     and keeping the placement the simulator scores best."""
     del seed, budget_s  # deterministic, one pass per variant
-    inst = common.prepare(problem)
-    common.check_persistent_fits(problem, inst)
     fixed = {"comm_model": comm_model, "tie_break": tie_break, "inputs": inputs}
-    return common.best_of(problem, {
-        tuple(v.values()): functools.partial(schedule, problem, inst, **v)
-        for v in common.combinations(OPTIONS, fixed)})[1]
+    return common.best_variant(problem, schedule, OPTIONS, fixed)
 
 
 def schedule(problem: Problem, inst: common.Instance, favourite_child: np.ndarray | None = None,
@@ -136,6 +130,20 @@ def _send(comm, done, src, dst, took, links, channels, queue):
     return at
 
 
+@numba.njit(inline="always")
+def _arrival(tensor, src, dst, done, comm, received, latency, inverse_bandwidth, tensor_bytes, tensor_trips,
+             links, channels, queue):
+    """(when `tensor`, made on src at `done`, can be on dst, whether that takes a new transfer):
+    at once on src, when it was received if dst has it, else a transfer (`_send`). Inlined at
+    numba's IR level: no call in the placer's inner loops."""
+    if dst == src:
+        return done, False
+    if received[tensor, dst] < np.inf:
+        return received[tensor, dst], False
+    took = tensor_trips[tensor] * (latency[src, dst] + tensor_bytes[tensor] * inverse_bandwidth[src, dst])
+    return _send(comm, done, src, dst, took, links, channels, queue), True
+
+
 @numba.njit(cache=True)
 def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, comm, queued, received,
                       latency, inverse_bandwidth, input_ptr, input_tensors, tensor_producer,
@@ -169,13 +177,8 @@ def estimate_arrival(node, arrival, finish, device_of, link_free, channel_free, 
         src = device_of[producer]
         done = finish[producer]
         for d in range(num_devices):
-            if d == src:
-                at = done
-            elif received[tensor, d] < np.inf:
-                at = received[tensor, d]
-            else:
-                took = tensor_trips[tensor] * (latency[src, d] + tensor_bytes[tensor] * inverse_bandwidth[src, d])
-                at = _send(comm, done, src, d, took, trial_link, trial_channel[d], queued)
+            at, _ = _arrival(tensor, src, d, done, comm, received, latency, inverse_bandwidth, tensor_bytes,
+                             tensor_trips, trial_link, trial_channel[d], queued)
             if at > arrival[node, d]:
                 arrival[node, d] = at
 
@@ -213,13 +216,9 @@ def queue_inputs(node, device, finish, device_of, link_free, channel_free, comm,
         producer = tensor_producer[tensor]
         src = device_of[producer]
         done = finish[producer]
-        if src == device:
-            at = done
-        elif received[tensor, device] < np.inf:
-            at = received[tensor, device]
-        else:
-            took = tensor_trips[tensor] * (latency[src, device] + tensor_bytes[tensor] * inverse_bandwidth[src, device])
-            at = _send(comm, done, src, device, took, link_free, channel_free, True)
+        at, new = _arrival(tensor, src, device, done, comm, received, latency, inverse_bandwidth, tensor_bytes,
+                           tensor_trips, link_free, channel_free, True)
+        if new:
             received[tensor, device] = at
             sent += 1
         inputs_at = max(inputs_at, at)

@@ -32,13 +32,9 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None,
           rule: str | None = None) -> np.ndarray:
     """m-TOPO under `rule`, or under each of `RULES` keeping the best."""
     del seed, budget_s  # deterministic, one pass per rule
-    if rule is not None and rule not in RULES:
-        raise ValueError(f"unknown m_topo rule {rule!r}; choose from {', '.join(RULES)}")
-    inst = common.prepare(problem)
-    common.check_persistent_fits(problem, inst)
-    rules = RULES if rule is None else (rule,)
-    return common.best_of(problem, {
-        each: lambda each=each: stages(problem, inst, each) for each in rules})[1]
+    if rule is not None:
+        common.choice("m_topo rule", rule, RULES)
+    return common.best_variant(problem, stages, {"rule": RULES}, {"rule": rule})
 
 
 def stages(problem: Problem, inst: common.Instance, rule: str = "share") -> np.ndarray:

@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
 from tfplaceto import errors
 from tfplaceto.graph.from_graph_def import CALL_OPS, called_function_name
+from tfplaceto.graph.inlining import run_grappler
 
 API_ATTR = "api_implements"
 DEVICE_ATTR = "api_preferred_device"
@@ -202,19 +205,11 @@ def _run_selector(graph_def, calls: set[str], device_type: str):
     The meta optimizer runs the selector first when it is on (the default); every other
     optimizer is switched off and pruning disabled, so only the calls' functions change (and
     the backward call's inputs, when the alternatives keep different intermediates)."""
-    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
-    from tensorflow.python.grappler import tf_optimizer
-
     marked = type(graph_def)()
     marked.CopyFrom(graph_def)
     for node in marked.node:
         if node.name in calls:
             node.device = f"/job:localhost/replica:0/task:0/device:{device_type}:0"
-    meta_graph = meta_graph_pb2.MetaGraphDef()
-    meta_graph.graph_def.CopyFrom(marked)
-    consumed = {name.lstrip("^").split(":")[0] for node in marked.node for name in node.input}
-    meta_graph.collection_def["train_op"].node_list.value.extend(
-        node.name for node in marked.node if node.name not in consumed)
     config = config_pb2.ConfigProto()
     rewrite = config.graph_options.rewrite_options
     off = rewriter_config_pb2.RewriterConfig.OFF
@@ -231,13 +226,9 @@ def _run_selector(graph_def, calls: set[str], device_type: str):
     rewrite.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
     rewrite.min_graph_nodes = -1
     rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
-    try:
-        selected = tf_optimizer.OptimizeGraph(config, meta_graph, verbose=False)
-    except Exception as error:  # grappler raises assorted internal error types
-        raise errors.InvalidGraphError(
-            f"could not select the {device_type} implementation of the graph's Keras RNN layers "
-            f"({type(error).__name__}: {errors.first_line(error)}); import without a cluster to "
-            "keep the traced implementation") from None
+    selected = run_grappler(
+        marked, config, (), f"select the {device_type} implementation of the graph's Keras RNN layers",
+        "import without a cluster to keep the traced implementation")
     before = {node.name for node in graph_def.node}
     if {node.name for node in selected.node} != before:
         raise errors.InvalidGraphError(

@@ -7,6 +7,8 @@
                          attributes, and the "api_implements" marker of swappable functions once
                          `tfplaceto.graph.implementations` has chosen one.
   FUNCTIONAL_CONTROL_FLOW_OPS  the ops lowering rewrites.
+  run_grappler           grappler's meta optimizer on a GraphDef, pruning nothing, with a clear
+                         error (also runs `implementations`' selector).
 """
 
 from __future__ import annotations
@@ -37,6 +39,28 @@ _NO_INLINE_ATTRS = ("_XlaMustCompile", "_XlaCompile", "_XlaScope", "_XlaSeparate
 _SWAPPABLE_FUNCTION_ATTRS = ("api_implements", "api_preferred_device")
 
 
+def run_grappler(graph_def: graph_pb2.GraphDef, config: config_pb2.ConfigProto, keep: Iterable[str],
+                 action: str, advice: str) -> graph_pb2.GraphDef:
+    """grappler's meta optimizer, set up by `config`, on a copy of graph_def.
+
+    Every sink of the graph and every node named in `keep` goes to the fetch list, so grappler
+    prunes nothing the caller may want. A failure raises InvalidGraphError "could not <action>
+    (<what grappler said>); <advice>".
+    """
+    from tensorflow.python.grappler import tf_optimizer  # private module: import where used
+
+    meta_graph = meta_graph_pb2.MetaGraphDef()
+    meta_graph.graph_def.CopyFrom(graph_def)
+    # Grappler keeps the nodes of the "train_op" collection (its fetch list).
+    keep_names = list(dict.fromkeys([*keep, *sinks(graph_def)]))
+    meta_graph.collection_def["train_op"].node_list.value.extend(keep_names)
+    try:
+        return tf_optimizer.OptimizeGraph(config, meta_graph, verbose=False)
+    except Exception as error:  # grappler raises assorted internal error types
+        raise errors.InvalidGraphError(
+            f"could not {action} ({type(error).__name__}: {errors.first_line(error)}); {advice}") from None
+
+
 def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
                      lower_control_flow: bool = True) -> graph_pb2.GraphDef:
     """Returns a copy of `graph_def` with every function call inlined (nested calls too).
@@ -57,13 +81,6 @@ def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
         return graph_def
     strip_no_inline_attrs(graph_def)
 
-    meta_graph = meta_graph_pb2.MetaGraphDef()
-    meta_graph.graph_def.CopyFrom(graph_def)
-    # Grappler keeps the nodes of the "train_op" collection (its fetch list); every sink and
-    # requested node goes there so the optimizer prunes nothing the caller may want.
-    keep_names = list(dict.fromkeys([*keep, *sinks(graph_def)]))
-    meta_graph.collection_def["train_op"].node_list.value.extend(keep_names)
-
     config = config_pb2.ConfigProto()
     if not lower_control_flow:
         # The meta optimizer lowers control flow unless the executor is the single-threaded one
@@ -73,16 +90,9 @@ def inline_functions(graph_def: graph_pb2.GraphDef, keep: Iterable[str] = (),
     rewrite.optimizers[:] = ["function"]
     rewrite.min_graph_nodes = -1  # optimize small graphs too
     rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
-
-    from tensorflow.python.grappler import tf_optimizer  # private module: import where used
-
-    try:
-        optimized = tf_optimizer.OptimizeGraph(config, meta_graph, verbose=False)
-    except Exception as error:  # grappler raises assorted internal error types
-        raise errors.InvalidGraphError(
-            f"could not inline the graph's function calls ({type(error).__name__}: "
-            f"{errors.first_line(error)}); check that the graph runs in TensorFlow "
-            f"{tf.__version__} and that every custom op library is loaded") from None
+    optimized = run_grappler(
+        graph_def, config, keep, "inline the graph's function calls",
+        f"check that the graph runs in TensorFlow {tf.__version__} and that every custom op library is loaded")
 
     remaining_functions = {function.signature.name for function in optimized.library.function}
     left = [node for node in optimized.node
