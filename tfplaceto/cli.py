@@ -83,6 +83,17 @@ def _version() -> str:
     return f"tfplaceto {__version__}"
 
 
+def _placement_arguments(command: argparse.ArgumentParser) -> None:
+    """--cluster, --method and --budget-s of the commands that place (place, rewrite-saved-model)."""
+    command.add_argument("--cluster", required=True,
+                         help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
+    command.add_argument("--method", default="placeto",
+                         help="placement method (placeto: the best of a search and the baselines; a method "
+                              "named is used as is), or auto (best baseline)")
+    command.add_argument("--budget-s", type=float, default=None,
+                         help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfplaceto", description="Learned device placement for TensorFlow graphs.")
     parser.add_argument("--version", action="version", version=_version())
@@ -90,12 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
     place = commands.add_parser("place", help="place a graph and write the placed GraphDef")
     place.add_argument("source", help=_SOURCE_HELP)
-    place.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    place.add_argument("--method", default="placeto",
-                       help="placement method (placeto: the best of a search and the baselines; a method "
-                            "named is used as is), or auto (best baseline)")
-    place.add_argument("--budget-s", type=float, default=None,
-                       help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
+    _placement_arguments(place)
     place.add_argument("--out", required=True, help="where to write the placed GraphDef (.pb or .pbtxt)")
     place.add_argument("--report", help="JSON report of the figures")
     place.add_argument("--gantt", help="PNG Gantt chart of the simulated step")
@@ -176,12 +182,7 @@ def _parser() -> argparse.ArgumentParser:
                                   help="write a copy of a SavedModel with its signatures' ops placed")
     rewrite.add_argument("src", help="SavedModel directory (never modified)")
     rewrite.add_argument("dst", help="directory for the placed SavedModel (must not exist, or be empty)")
-    rewrite.add_argument("--cluster", required=True, help="preset (4xV100, ...), local, local:N or a cluster file (tfplaceto calibrate)")
-    rewrite.add_argument("--method", default="placeto",
-                         help="placement method (placeto: the best of a search and the baselines; a method "
-                              "named is used as is), or auto (best baseline)")
-    rewrite.add_argument("--budget-s", type=float, default=None,
-                         help="fine-tuning / search budget in seconds (default: a 10 s search, no fine-tuning)")
+    _placement_arguments(rewrite)
     rewrite.add_argument("--signature", action="append", default=None,
                          help="signature key to place (repeatable); default: all")
     rewrite.add_argument("--batch-size", type=int, default=None,
