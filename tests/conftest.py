@@ -1,4 +1,8 @@
-"""Shared test set-up: quiet TensorFlow, fixed seeds, small helpers."""
+"""Shared test set-up: quiet TensorFlow, fixed seeds, small helpers.
+
+  _seeded           every test starts from the same numpy / TensorFlow seeds.
+  write_mlp_graph   writes the TF1 test graph: a 4-layer MLP on x [batch, 64] with a train op.
+"""
 
 import os
 import tempfile
@@ -20,3 +24,26 @@ def _seeded():
     tf.random.set_seed(0)
     tf.keras.utils.set_random_seed(0)
     yield
+
+
+@pytest.fixture(scope="session")
+def write_mlp_graph():
+    """write(path, train_op="train", batch_size=None): writes the TF1 test graph as a GraphDef
+    .pb at path (placeholder x [batch_size, 64], None: unknown; four resource-variable matmul +
+    relu layers; a gradient-descent op named train_op) and returns the path as a str."""
+    def write(path, train_op: str = "train", batch_size: int | None = None) -> str:
+        import tensorflow as tf
+
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [batch_size, 64], name="x")
+            h = x
+            for i in range(4):
+                w = tf.compat.v1.get_variable(f"w{i}", [64, 64], use_resource=True)
+                h = tf.nn.relu(tf.matmul(h, w))
+            tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(h), name=train_op)
+        with open(path, "wb") as f:
+            f.write(graph.as_graph_def().SerializeToString())
+        return str(path)
+
+    return write

@@ -13,18 +13,8 @@ from tfplaceto.cli import main
 
 
 @pytest.fixture(scope="module")
-def graph_file(tmp_path_factory):
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
-        h = x
-        for i in range(4):
-            w = tf.compat.v1.get_variable(f"w{i}", [64, 64], use_resource=True)
-            h = tf.nn.relu(tf.matmul(h, w))
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(h), name="train")
-    path = tmp_path_factory.mktemp("graphs") / "mlp.pb"
-    path.write_bytes(graph.as_graph_def().SerializeToString())
-    return str(path)
+def graph_file(tmp_path_factory, write_mlp_graph):
+    return write_mlp_graph(tmp_path_factory.mktemp("graphs") / "mlp.pb", train_op="train")
 
 
 def _place_args(graph_file, out, *extra):

@@ -204,17 +204,8 @@ def _pid_alive(pid):
 
 
 @pytest.mark.slow
-def test_train_with_two_actors_survives_a_killed_actor_and_ends_cleanly(tmp_path):
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [32, 64], name="x")
-        h = x
-        for i in range(4):
-            w = tf.compat.v1.get_variable(f"w{i}", [64, 64], use_resource=True)
-            h = tf.nn.relu(tf.matmul(h, w))
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(h), name="train")
-    source = tmp_path / "mlp.pb"
-    source.write_bytes(graph.as_graph_def().SerializeToString())
+def test_train_with_two_actors_survives_a_killed_actor_and_ends_cleanly(tmp_path, write_mlp_graph):
+    source = write_mlp_graph(tmp_path / "mlp.pb", train_op="train", batch_size=32)
     logdir = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     command = [sys.executable, "-m", "tfplaceto", "train", "--graph", str(source), "--cluster", "2xV100",

@@ -40,21 +40,13 @@ def _run(args: list[str], env: dict | None = None, timeout: float = 300) -> subp
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(tmp_path_factory, write_mlp_graph):
     """A Keras file, a SavedModel and a TF1 .pb with a [None, 64] input and a train op."""
     root = tmp_path_factory.mktemp("newcomer")
     model = small_cnn()
     model.save(str(root / "cnn.keras"))
     tf.saved_model.save(model, str(root / "exported"))
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
-        h = x
-        for i in range(4):
-            w = tf.compat.v1.get_variable(f"w{i}", [64, 64], use_resource=True)
-            h = tf.nn.relu(tf.matmul(h, w))
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(h), name="train_op")
-    (root / "model.pb").write_bytes(graph.as_graph_def().SerializeToString())
+    write_mlp_graph(root / "model.pb", train_op="train_op")
     return {"root": root, "keras": str(root / "cnn.keras"), "saved_model": str(root / "exported"),
             "pb": str(root / "model.pb")}
 
