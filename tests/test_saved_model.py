@@ -15,11 +15,11 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.eager import context
 
 import tfplaceto as tp
-import tfplaceto.keras as tpk
 from tfplaceto import cli
 from tfplaceto import saved_model as tsm
+from tfplaceto.keras.devices import configure_logical_cpus
 
-tpk._configure_logical_cpus(4)  # before TensorFlow initializes (see test_keras_callback.py)
+configure_logical_cpus(4)  # before TensorFlow initializes (see test_keras.py)
 
 CLUSTER = "local:2"
 DEVICES = {f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)}

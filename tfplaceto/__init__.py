@@ -4,8 +4,9 @@ The flow (one direction):
   source -> import_graph -> OpGraph -> group -> profile -> CostProfile
          -> place (baselines or the Placeto policy) -> Placement, evaluated by simulate / measure
          -> apply_placement -> GraphDef with NodeDef.device set.
-`optimize` runs all of it in one call; `tfplaceto.keras.PlacementCallback` and
-`tfplaceto.saved_model.rewrite` wrap it for Keras and SavedModels. `__all__` lists the public names.
+`optimize` runs all of it in one call; `tfplaceto.keras` (`place_model` / `strip_placement`,
+`PlacementCallback`) and `tfplaceto.saved_model.rewrite` wrap it for Keras and SavedModels.
+`__all__` lists the public names.
 
 The public names are imported on first use (PEP 562), so `import tfplaceto` alone does not load
 TensorFlow: the command line can set TensorFlow's log level first, and `tfplaceto --help` or a

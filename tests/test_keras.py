@@ -1,9 +1,11 @@
-"""PlacementCallback: fit trains a real model with the placement in force on logical CPU devices.
+"""tfplaceto.keras: place_model / strip_placement and PlacementCallback on a real model, on
+logical CPU devices.
 
 The devices are checked where TensorFlow executed the ops: RunMetadata of the fit collects the
 partition graphs of the train function (one per device the runtime used), and every op the
 callback gave a device must sit in that device's partition. Placed training must also compute
-what unplaced training computes, and the model must get its own train step back afterwards.
+exactly what unplaced training computes (both are run), and the model must get its own train
+step back afterwards.
 """
 
 import collections
@@ -15,10 +17,11 @@ from tensorflow.python.eager import context
 
 import tfplaceto as tp
 import tfplaceto.keras as tpk
+from tfplaceto.keras.devices import configure_logical_cpus
 
 # Logical CPU devices exist only if TensorFlow hears of them before it initializes; asking here,
 # at collection, leaves the context uninitialized for other modules (ensure_devices would not).
-tpk._configure_logical_cpus(4)
+configure_logical_cpus(4)
 
 CLUSTER = "local:2"
 RESOURCE_OPS = ("ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
@@ -165,3 +168,70 @@ def test_a_model_that_runs_eagerly_is_refused_at_train_begin():
     x, y = _data(n=32)
     with pytest.raises(tp.errors.TfplacetoError, match="eagerly"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[tpk.PlacementCallback(CLUSTER, verbose=0)])
+
+
+# -- place_model / strip_placement --------------------------------------------------------------
+
+def _traced_devices(model) -> dict[str, str]:
+    """op name -> canonical device requested, for every op of the model's train function."""
+    return {op.name: tp.cluster.canonical_device_name(op.device)
+            for function in model.train_function._list_all_concrete_functions()
+            for op in function.graph.get_operations() if op.device}
+
+
+def test_place_model_trains_exactly_as_the_original_and_strip_placement_restores_it():
+    placed, plain = _model(tf.keras.optimizers.SGD(0.05)), _model(tf.keras.optimizers.SGD(0.05))
+    plain.set_weights(placed.get_weights())
+    x, y = _data(seed=2)
+
+    result = tpk.place_model(placed, CLUSTER, method="round_robin", batch_size=32)
+    assert isinstance(result, tp.OptimizeResult) and result.method_used == "round_robin"
+    assert len(result.placement.devices) == 2
+    assert "train_step" in vars(placed) and "train_step" not in vars(plain)
+
+    placed_history = placed.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    plain_history = plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    requested = _traced_devices(placed)
+    assert len(set(requested.values())) == 2, "the step fit ran is spread over both devices"
+    assert all(requested[name] == result.placement[name] for name in requested if name in result.placement)
+    # Same data, same initial weights, same kernels: the same numbers, bit for bit.
+    np.testing.assert_array_equal(placed_history.history["loss"], plain_history.history["loss"])
+    for a, b in zip(placed.get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(placed.predict(x, verbose=0), plain.predict(x, verbose=0))
+
+    assert tpk.strip_placement(placed) is placed
+    assert "train_step" not in vars(placed) and placed.train_function is None
+    placed.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    plain.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    assert not set(_traced_devices(placed).values()) - {""}, "stripped: the step is traced unplaced"
+    for a, b in zip(placed.get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert tpk.strip_placement(placed) is placed  # not placed: unchanged
+
+
+def test_place_model_twice_replaces_the_placement_and_restores_xla():
+    model = _model(jit_compile=True)
+    first = tpk.place_model(model, CLUSTER, method="round_robin", batch_size=16)
+    assert model.jit_compile is False, "XLA is off while the model is placed"
+    second = tpk.place_model(model, CLUSTER, method="single", batch_size=16)
+    assert second.method_used == "single" and second is not first
+    x, y = _data(n=32)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert len(set(_traced_devices(model).values())) == 1, "the second placement, not both wrapped"
+    tpk.strip_placement(model)
+    assert "train_step" not in vars(model) and model.jit_compile is True
+    # A result can be applied again without optimizing: the callback's second fit does this.
+    assert tpk.place_model(model, CLUSTER, batch_size=16, result=first) is first
+    tpk.strip_placement(model)
+
+
+def test_place_model_refuses_what_it_cannot_place():
+    inputs = tf.keras.Input((8,), name="features")
+    uncompiled = tf.keras.Model(inputs, tf.keras.layers.Dense(1, name="head")(inputs), name="plain")
+    with pytest.raises(tp.errors.InvalidGraphError, match="compiled"):
+        tpk.place_model(uncompiled, CLUSTER)
+    with pytest.raises(tp.errors.InvalidGraphError, match="batch_size=N"):
+        tpk.place_model(_model(), CLUSTER, method="round_robin")  # the input's batch is None
+    with pytest.raises(tp.errors.InvalidMethodError):
+        tpk.place_model(_model(), CLUSTER, method="nope", batch_size=8)
