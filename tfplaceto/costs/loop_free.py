@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfplaceto.graph.loops import static_value
 from tfplaceto.graph.op_graph import OpGraph
+from tfplaceto.graph.static_values import static_value
 
 # Ops that move control through a loop: costed 0 wherever they are, nothing to copy.
 _LOOP_CONTROL = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch",

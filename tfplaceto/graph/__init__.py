@@ -10,7 +10,9 @@
   NodeDef helpers the others share (inputs, sinks, function calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
   the import keeps for the target device type.
-- `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step).
+- `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step);
+  `loop_shapes.py`: a loop body's shapes written into the GraphDef; `static_values.py`: the
+  integer values and TensorList facts TensorFlow can know before running.
 - `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups.
 - `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
 """

@@ -9,7 +9,7 @@
   times each op runs and each tensor moves per step (`iterations`, `tensor_iterations`); a
   TensorList accumulated for the gradient leaves its loop holding one element per iteration;
   shapes TensorFlow's shape inference cannot see through a loop (loop variables, TensorList
-  elements and lengths) are written into the GraphDef (`loops.with_loop_shapes`), so the sizes
+  elements and lengths) are written into the GraphDef (`loop_shapes.with_loop_shapes`), so the sizes
   in a loop body and after a recurrent layer are known;
 - pruning: only the ops the fetches depend on are kept (as a Session would run them);
 - memory: variables (VarHandleOp, VariableV2, optimizer slots alike) and constants are persistent;
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.graph import loops
+from tfplaceto.graph import loop_shapes, loops
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
 # Function calls by op (a function can also be called as an op of its own name).
@@ -120,7 +120,7 @@ def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
                 f"fetch '{name}:{index}': op {name!r} has {outputs} output(s), so it has no output "
                 f"{index}; fetch the op by its name {name!r}")
     if any(node.op in ("Enter", "RefEnter") for node in pruned.node):
-        pruned, graph = loops.with_loop_shapes(pruned, graph, _import)
+        pruned, graph = loop_shapes.with_loop_shapes(pruned, graph, _import)
     return _build(graph, pruned, fetch_ops, variable_values, loop_iterations)
 
 

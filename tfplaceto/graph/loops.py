@@ -11,12 +11,6 @@ Map of the file:
   LoopFrame        one frame: name (TF's `frame_name`), parent frame, trips, where trips came from.
   LoopInfo         the result: frames, the frame of every op, op and tensor execution counts.
   analyze_loops    tf.Graph ops -> LoopInfo (frames, trip counts, warnings for assumed trips).
-  static_value     the value of an integer tensor TensorFlow can know before running (Const, or
-                   computed from static shapes), else None.
-  with_loop_shapes writes what TensorFlow's shape inference cannot see through a loop (loop
-                   variables' shapes, TensorList element shapes and lengths) into the GraphDef,
-                   so a body's sizes and costs, and the sequence length after a recurrent
-                   layer, are known.
   _frames          TensorFlow's frame assignment (ControlFlowInfo): Enter's outputs live in the
                    child frame named by its `frame_name`, Exit's in the parent frame.
   _cond_trips      trips from the loop condition: `counter < bound` (LogicalAnd: the least),
@@ -25,6 +19,9 @@ Map of the file:
                    runs as many times as its forward loop).
   _list_trips      else the length of the TensorList the body reads (TensorListFromTensor's
                    leading dimension, TensorListReserve's num_elements).
+
+Beside it: `static_values.py` (the integer values and TensorList facts a trip count is read
+from) and `loop_shapes.py` (the shapes of a loop body written into the GraphDef before import).
 
 Trip counts are per execution of the frame: a nested loop's ops run (outer trips x inner trips)
 times per step, which is what `LoopInfo.op_iterations` holds.
@@ -40,22 +37,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.graph.static_values import static_value, through_identities
 
 # Trips assumed for a loop whose count is not known statically and not given by the user.
 DEFAULT_LOOP_ITERATIONS = 10
 ROOT = -1  # the frame index of ops outside every loop
-_IDENTITY_OPS = frozenset({"Identity", "RefIdentity", "Snapshot"})
 _LESS = {"Less": 0, "LessEqual": 1}     # counter OP bound
 _GREATER = {"Greater": 0, "GreaterEqual": 1}  # bound OP counter
 _ADD_OPS = frozenset({"Add", "AddV2"})
-# Ops a static integer computation may use (all stateless and cheap); their inputs must be static.
-_STATIC_OPS = frozenset({
-    "Const", "Identity", "Cast", "StridedSlice", "Pack", "Unpack", "ConcatV2", "GatherV2", "Squeeze",
-    "ExpandDims", "Reshape", "Add", "AddV2", "Sub", "Mul", "FloorDiv", "RealDiv", "Maximum",
-    "Minimum", "Prod", "Sum", "Range", "Fill",
-})
-_SHAPE_OPS = frozenset({"Shape", "Size", "Rank"})
-_MAX_STATIC_OPS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,15 +215,9 @@ def _parents_first(parents: Sequence[int]) -> list[int]:
     return sorted(range(len(parents)), key=lambda f: depth[f])
 
 
-def _through_identities(tensor):
-    while tensor.op.type in _IDENTITY_OPS:
-        tensor = tensor.op.inputs[0]
-    return tensor
-
-
 def _loop_variable(tensor, frame, op_frame, index):
     """The Merge of `frame` that `tensor` is (through identities), or None."""
-    tensor = _through_identities(tensor)
+    tensor = through_identities(tensor)
     op = tensor.op
     if op.type == "Merge" and op_frame[index[op.name]] == frame:
         return op
@@ -252,9 +235,9 @@ def _merge_parts(merge):
 
 def _is_this_variable(tensor, merge) -> bool:
     """Whether tensor is merge's value inside the body (Switch:1 of it, through identities)."""
-    tensor = _through_identities(tensor)
+    tensor = through_identities(tensor)
     return (tensor.op.type in ("Switch", "RefSwitch") and tensor.value_index == 1
-            and _through_identities(tensor.op.inputs[0]).op is merge)
+            and through_identities(tensor.op.inputs[0]).op is merge)
 
 
 def _counter(merge):
@@ -263,13 +246,13 @@ def _counter(merge):
     if parts is None:
         return None
     enter, update = parts
-    update = _through_identities(update)
+    update = through_identities(update)
     if update.op.type not in _ADD_OPS:
         return None
     a, b = update.op.inputs
     for own, other in ((a, b), (b, a)):
         if _is_this_variable(own, merge):
-            step = static_value(_through_identities(other))
+            step = static_value(through_identities(other))
             if step is not None and np.ndim(step) == 0 and step != 0:
                 return enter.inputs[0], int(step)
     return None
@@ -291,7 +274,7 @@ def _cond_trips(loop_cond, frame, op_frame, index, ops, trips):
     values = []
 
     def visit(tensor) -> bool:
-        tensor = _through_identities(tensor)
+        tensor = through_identities(tensor)
         op = tensor.op
         if op.type == "LogicalAnd":
             found = [visit(t) for t in op.inputs]
@@ -307,7 +290,7 @@ def _cond_trips(loop_cond, frame, op_frame, index, ops, trips):
             else:  # read directly: a constant Enter's outer value, or a constant in the frame
                 bound_tensor = _outer(bound_side)
                 if bound_tensor is None:
-                    bound_tensor = _through_identities(bound_side)
+                    bound_tensor = through_identities(bound_side)
             if parts is None or bound_tensor is None:
                 return False
             start = _value(parts[0], op_frame, index, ops, trips)
@@ -327,7 +310,7 @@ def _cond_trips(loop_cond, frame, op_frame, index, ops, trips):
 
 def _outer(tensor):
     """A constant Enter's outer tensor (a bound read directly, not as a loop variable), or None."""
-    tensor = _through_identities(tensor)
+    tensor = through_identities(tensor)
     if tensor.op.type in ("Enter", "RefEnter") and tensor.op.get_attr("is_constant"):
         return tensor.op.inputs[0]
     return None
@@ -335,7 +318,7 @@ def _outer(tensor):
 
 def _value(tensor, op_frame, index, ops, trips):
     """Static value of a tensor outside the loop, or the final value of another loop's counter."""
-    tensor = _through_identities(tensor)
+    tensor = through_identities(tensor)
     value = static_value(tensor)
     if value is not None:
         return int(value) if np.ndim(value) == 0 else None
@@ -343,8 +326,8 @@ def _value(tensor, op_frame, index, ops, trips):
     if op.type in ("Exit", "RefExit"):
         # Another loop's counter after its last iteration: start + trips * step.
         inner = int(op_frame[index[op.name]])
-        switch = _through_identities(op.inputs[0]).op
-        merge = _through_identities(switch.inputs[0]).op if switch.type in ("Switch", "RefSwitch") else None
+        switch = through_identities(op.inputs[0]).op
+        merge = through_identities(switch.inputs[0]).op if switch.type in ("Switch", "RefSwitch") else None
         if merge is None or merge.type != "Merge" or inner < 0 or trips[inner] is None:
             return None
         parts = _counter(merge)
@@ -360,9 +343,9 @@ def _list_trips(frame, ops, op_frame, index):
     for i, op in enumerate(ops):
         if op_frame[i] != frame or op.type != "TensorListGetItem":
             continue
-        source = _through_identities(op.inputs[0])
+        source = through_identities(op.inputs[0])
         while source.op.type in ("Merge", "Enter", "Switch"):
-            source = _through_identities(source.op.inputs[0])
+            source = through_identities(source.op.inputs[0])
         if source.op.type == "TensorListFromTensor":
             dims = source.op.inputs[0].shape
             if dims.rank and dims[0] is not None:
@@ -372,222 +355,3 @@ def _list_trips(frame, ops, op_frame, index):
             if length is not None and np.ndim(length) == 0 and length >= 0:
                 return int(length), f"static: length of {source.op.name}"
     return None
-
-
-def with_loop_shapes(graph_def, graph, import_graph, max_passes: int = 8):
-    """(graph_def, graph) annotated so TensorFlow's shape inference sees through while loops.
-
-    Imported as it is, a lowered loop hides every shape of its body: an Enter that is not
-    constant and a Merge (whose back edge is not there yet) have unknown shapes, and so has
-    everything computed from them. Sizes (transfers, memory) and grappler's costs of the body's
-    ops (a [batch, ?] MatMul costed as one row) would be unknown or far too small. Written into
-    the GraphDef, where TensorFlow's importer uses them (and checks them when it runs):
-    - `_output_shapes` of a loop variable's Enter and Merge: the shape of the value entering
-      the loop (a while_v2 loop variable keeps its shape unless given shape invariants);
-    - `_output_shapes` of the element read from a TensorList (TensorListGetItem,
-      TensorListPopBack): the element shape the list was made with or pushed;
-    - `num_elements` and `_output_shapes` of a TensorListStack of static length and element
-      shape (Keras stacks an RNN's outputs that way, so the shapes of every later layer depend
-      on it).
-    The graph is imported again after each pass; shapes made known by one pass (an inner loop's
-    inputs, the next layer) are used by the next one, at most max_passes times.
-
-    graph: graph_def imported; import_graph(graph_def) -> tf.Graph imports an annotated copy.
-    """
-    import tensorflow as tf
-
-    for _ in range(max_passes):
-        shapes, lengths = {}, {}
-        for op in graph.get_operations():
-            if op.type == "TensorListStack":
-                length = _list_length(op.inputs[0])
-                if length is not None and op.get_attr("num_elements") == -1:
-                    lengths[op.name] = length
-                element = _list_element_shape(op.inputs[0])
-                if element is not None and not op.outputs[0].shape.is_fully_defined():
-                    stacked = tf.TensorShape([length]).concatenate(element)
-                    if _more_defined(stacked, op.outputs[0].shape):
-                        shapes[op.name] = [stacked]
-            elif op.type == "Merge" and not op.outputs[0].shape.is_fully_defined():
-                enter = next((t.op for t in op.inputs if t.op.type == "Enter"), None)
-                if enter is not None and _more_defined(enter.inputs[0].shape, op.outputs[0].shape):
-                    shape = enter.inputs[0].shape
-                    shapes[enter.name] = [shape]
-                    shapes[op.name] = [shape, _SCALAR]
-            elif op.type in _LIST_READS and not op.outputs[-1].shape.is_fully_defined():
-                element = _list_element_shape(op.inputs[0])
-                if element is not None and _more_defined(element, op.outputs[-1].shape):
-                    shapes[op.name] = [_SCALAR] * (len(op.outputs) - 1) + [element]
-        if not shapes and not lengths:
-            break
-        graph_def = _copy_graph_def(graph_def)
-        for node in graph_def.node:
-            if node.name in lengths:
-                node.attr["num_elements"].i = lengths[node.name]
-            if node.name in shapes:
-                annotation = node.attr["_output_shapes"].list.shape
-                del annotation[:]
-                for shape in shapes[node.name]:
-                    annotation.add().CopyFrom(shape.as_proto())
-        graph = import_graph(graph_def)
-    return graph_def, graph
-
-
-# Ops reading one element of a TensorList: its shape is their last output's.
-_LIST_READS = frozenset({"TensorListGetItem", "TensorListPopBack"})
-_LIST_WRITES = frozenset({"TensorListPushBack", "TensorListSetItem"})
-
-
-class _Scalar:
-    """Lazily the TensorShape([]) (TensorFlow is imported where it is used)."""
-
-    def as_proto(self):
-        import tensorflow as tf
-
-        return tf.TensorShape([]).as_proto()
-
-
-_SCALAR = _Scalar()
-
-
-def _more_defined(new, old) -> bool:
-    """Whether shape `new` knows more dimensions than `old` and agrees with it."""
-    if new.rank is None:
-        return False
-    if old.rank is None:
-        return True
-    if new.rank != old.rank or not new.is_compatible_with(old):
-        return False
-    return sum(d is not None for d in new.as_list()) > sum(d is not None for d in old.as_list())
-
-
-def _list_source(tensor, made: bool = False):
-    """Where a TensorList's elements come from, following it back through loops:
-    ("written", the element tensor a loop body pushes or sets), ("made", the op that made the
-    list: TensorListFromTensor, TensorListReserve, EmptyTensorList), or None. made=True skips
-    the writes and looks for the op that made the list (what its length comes from)."""
-    for _ in range(64):
-        op = tensor.op
-        if op.type in _IDENTITY_OPS or op.type in ("Exit", "Switch", "Enter"):
-            tensor = op.inputs[0]
-        elif op.type == "Merge":
-            # What the body writes (pushed in a forward loop), else what enters the loop.
-            back = next((t.op for t in op.inputs if t.op.type == "NextIteration"), None)
-            written = _through_identities(back.inputs[0]).op if back is not None else None
-            if written is not None and written.type in _LIST_WRITES and not made:
-                return "written", written.inputs[-1]
-            tensor = next((t for t in op.inputs if t.op.type == "Enter"), None)
-            if tensor is None:
-                return None
-        elif op.type in _LIST_WRITES or op.type == "TensorListPopBack":
-            tensor = op.inputs[0]  # the list before: same elements
-        elif op.type in ("TensorListFromTensor", "TensorListReserve", "EmptyTensorList"):
-            return "made", op
-        else:
-            return None
-    return None
-
-
-def _list_element_shape(tensor):
-    """The static shape of a TensorList's elements (a tf.TensorShape), or None."""
-    import tensorflow as tf
-
-    source = _list_source(tensor)
-    if source is None:
-        return None
-    kind, what = source
-    if kind == "written":
-        return what.shape if what.shape.rank is not None else None
-    if what.type == "TensorListFromTensor":
-        shape = what.inputs[0].shape
-        return shape[1:] if shape.rank else None
-    dims = static_value(what.inputs[0])
-    if dims is None or np.ndim(dims) != 1:
-        return None
-    return tf.TensorShape([int(d) if d >= 0 else None for d in dims])
-
-
-def _list_length(tensor) -> int | None:
-    """Static number of elements of a TensorList tensor made with a static length."""
-    source = _list_source(tensor, made=True)
-    if source is None:
-        return None
-    made = source[1]
-    if made.type == "TensorListReserve":
-        length = static_value(made.inputs[1])
-        return int(length) if length is not None and np.ndim(length) == 0 and length >= 0 else None
-    if made.type == "TensorListFromTensor":
-        dims = made.inputs[0].shape
-        return int(dims[0]) if dims.rank and dims[0] is not None else None
-    return None
-
-
-def _copy_graph_def(graph_def):
-    copy = type(graph_def)()
-    copy.CopyFrom(graph_def)
-    return copy
-
-
-def static_value(tensor):
-    """The value of a small integer tensor computable from constants and static shapes, or None.
-
-    TensorFlow's `constant_value` first (an element popped from a TensorList: the value pushed);
-    else the ops the tensor depends on are copied into a scratch graph, with Shape/Size/Rank of statically shaped tensors turned into constants, and
-    evaluated there (a loop bound is often `strided_slice(shape(x))` of a batch-filled input).
-    """
-    import tensorflow as tf
-    from tensorflow.python.framework import tensor_util
-
-    if not tensor.dtype.is_integer:
-        return None
-    if tensor.op.type == "TensorListPopBack" and tensor.value_index == 1:
-        # A gradient loop pops what its forward loop pushed (e.g. the Shape of an activation).
-        source = _list_source(tensor.op.inputs[0])
-        return static_value(source[1]) if source is not None and source[0] == "written" else None
-    try:
-        value = tensor_util.constant_value(tensor)
-    except (TypeError, ValueError):
-        value = None
-    if value is not None:
-        return value
-    needed, stack = {}, [tensor.op]
-    while stack:
-        op = stack.pop()
-        if op.name in needed:
-            continue
-        if op.type in _SHAPE_OPS:
-            shape = op.inputs[0].shape
-            if not shape.is_fully_defined():
-                return None
-            needed[op.name] = op
-            continue
-        if op.type not in _STATIC_OPS or len(needed) >= _MAX_STATIC_OPS:
-            return None
-        needed[op.name] = op
-        stack.extend(t.op for t in op.inputs)
-    graph_def = tf.compat.v1.GraphDef()
-    for op in needed.values():
-        if op.type in _SHAPE_OPS:
-            shape = op.inputs[0].shape.as_list()
-            folded = {"Shape": shape, "Size": int(np.prod(shape)), "Rank": len(shape)}[op.type]
-            out_type = op.outputs[0].dtype.as_numpy_dtype
-            node = tf.make_tensor_proto(np.asarray(folded, out_type))
-            const = graph_def.node.add(name=op.name, op="Const")
-            const.attr["value"].tensor.CopyFrom(node)
-            const.attr["dtype"].type = op.outputs[0].dtype.as_datatype_enum
-            continue
-        node = graph_def.node.add()
-        node.CopyFrom(op.node_def)
-        del node.input[:]
-        node.input.extend(f"{t.op.name}:{t.value_index}" for t in op.inputs)
-        node.device = ""
-        if "_class" in node.attr:
-            del node.attr["_class"]
-    scratch = tf.Graph()
-    try:
-        with scratch.as_default():
-            tf.compat.v1.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=scratch) as session:
-            return session.run(f"{tensor.op.name}:{tensor.value_index}")
-    except (ValueError, TypeError, tf.errors.OpError):
-        return None
