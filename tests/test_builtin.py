@@ -17,7 +17,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from tfplaceto import errors  # noqa: E402
-from tfplaceto.graph import builtin, import_graph  # noqa: E402
+from tfplaceto.graph import builtin, builtin_families, builtin_models, import_graph  # noqa: E402
 
 # Ops of a TF loop or conditional, functional or lowered: none may be left in a built-in graph.
 CONTROL_FLOW_OPS = {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
@@ -118,11 +118,11 @@ def test_nmt_2l_structure(nmt_2l):
 
 def test_gnmt_residuals_from_layer_3_and_attention_is_optional():
     # The deep models differ from nmt_2l only in depth: a tiny one shows the layer plan.
-    model = builtin._gnmt("tiny", 3, units=8, vocab=50, steps=3)
+    model = builtin_models.gnmt("tiny", 3, units=8, vocab=50, steps=3)
     names = {layer.name for layer in model.layers}
     assert {"encoder_residual_3", "decoder_residual_3"} <= names
     assert not {"encoder_residual_2", "decoder_residual_2"} & names
-    plain = builtin._gnmt("tiny_plain", 2, units=8, vocab=50, steps=3, attention=False)
+    plain = builtin_models.gnmt("tiny_plain", 2, units=8, vocab=50, steps=3, attention=False)
     assert "attention" not in {layer.name for layer in plain.layers}
 
 
@@ -168,9 +168,9 @@ def test_family_seeds(family):
 
 
 def test_nmt_variant_plans():
-    # Building deep variants is slow; their structure is the plan `_gnmt` gets (tested above).
-    plans = [builtin._nmt_variant_plan(seed) for seed in range(40)]
-    assert plans[7] == builtin._nmt_variant_plan(7)
+    # Building deep variants is slow; their structure is the plan `gnmt` gets (tested above).
+    plans = [builtin_families.nmt_variant_plan(seed) for seed in range(40)]
+    assert plans[7] == builtin_families.nmt_variant_plan(7)
     choices = {tuple(sorted((k, v) for k, v in plan.items() if k != "name")) for plan in plans}
     assert len(choices) > len(plans) // 2
     assert {plan["num_layers"] for plan in plans} == {2, 3, 4, 5, 6}
@@ -186,7 +186,7 @@ def test_ptb_cell_is_unrolled_random_dag():
     assert rnn.unroll and 20 <= model.input.shape[1] <= 35
     cell = rnn.cell
     assert 3 <= len(cell.node_activations) <= 6
-    assert set(cell.node_activations) <= set(builtin.RNN_ACTIVATIONS)
+    assert set(cell.node_activations) <= set(builtin_families.RNN_ACTIVATIONS)
     assert all(0 <= source < i for i, source in enumerate(cell.node_inputs) if i)
 
 
