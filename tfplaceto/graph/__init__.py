@@ -13,7 +13,8 @@
 - `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step);
   `loop_shapes.py`: a loop body's shapes written into the GraphDef; `static_values.py`: the
   integer values and TensorList facts TensorFlow can know before running.
-- `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups.
+- `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups, cut from
+  the layer-keeping topological order of `scoped_order.py`.
 - `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
 """
 

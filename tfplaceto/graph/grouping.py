@@ -3,7 +3,7 @@
 Placers and the policy work on groups (Placeto, like the hierarchical placer before it, places
 groups of ops, not single ops). `group` cuts a topological order of the ops into contiguous
 intervals. Edges only go forward in a topological order, so any cut into intervals is acyclic
-by construction. The order is chosen so intervals are meaningful:
+by construction. The order (`scoped_order.py`) is chosen so intervals are meaningful:
 - ties are broken by name scope (Keras layers, gradient scopes), so a layer's ops are adjacent
   and an interval tends to be one layer or a run of small ones;
 - an interval never mixes ops with different kernel availability (a CPU-only string op does not
@@ -21,12 +21,17 @@ split, both tensors cross devices every step). The groups holding the two ops sh
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 import numpy as np
 
 from tfplaceto import checks, errors
-from tfplaceto.graph.op_graph import OpGraph, csr, joined_classes, make_op_graph, topological_order
+from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph, topological_order
+from tfplaceto.graph.scoped_order import (
+    floating_ops,
+    layer_scope,
+    neighbours,
+    scoped_topological_order,
+)
 
 DEFAULT_MAX_GROUPS = 256
 # gradient op type -> the forward op types it must stay with, when one of its inputs is theirs.
@@ -56,163 +61,6 @@ class Grouping:
 
     def members(self, group: int) -> np.ndarray:
         return np.flatnonzero(self.op_to_group == group)
-
-
-def _scope(name: str) -> str:
-    """The layer scope of an op: its name without the last component, gradient prefixes removed."""
-    for prefix in ("gradient_tape/", "gradients/", "training/"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name.rsplit("/", 1)[0] if "/" in name else name
-
-
-def scoped_topological_order(op_graph: OpGraph) -> np.ndarray:
-    """A topological order that keeps each layer's ops, variables and updates close together.
-
-    Ops that do not depend on any input placeholder ("floating": variables, their reads,
-    constants, initializers) are emitted just before their first consumer, depth first, so a
-    variable lands next to the layer that reads it rather than at the start of the order. The
-    other ops follow Kahn's algorithm preferring, among the ready ops:
-    1. members of a colocation class that is open (some members emitted, not all): a variable's
-       update follows its gradient at once, and an optimizer slot's reads follow its assignment,
-       so colocated ops stay close and few classes straddle a cut;
-    2. the scope of the op emitted last: a layer is followed to its end;
-    3. the op closest to the end of the graph (shortest longest path to a sink), then the one
-       that became ready last.
-    """
-    n = op_graph.num_ops
-    scope_ids: dict[str, int] = {}
-    scope = np.array([scope_ids.setdefault(_scope(name), len(scope_ids)) for name in op_graph.names])
-    senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
-    receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    successors = _neighbours(senders, receivers, n)
-    predecessors = _neighbours(receivers, senders, n)
-    main = ~floating_ops(op_graph)
-    classes = op_graph.colocation
-    class_size = np.bincount(classes)
-    class_emitted = np.zeros_like(class_size)
-    waiting_in_class: dict[int, list[int]] = {}  # ready ops of classes not open yet
-    emitted = np.zeros(n, bool)
-    result: list[int] = []
-    height = np.zeros(n, np.int64)  # ops on the longest path to a sink
-    for node in op_graph.topo_order[::-1]:
-        succ = successors(node)
-        height[node] = 1 + (height[succ].max() if len(succ) else 0)
-    ready_open: list[tuple[int, int, int]] = []  # (height, -time readied, node)
-    ready_by_scope: dict[int, list[tuple[int, int]]] = {}
-    ready_any: list[tuple[int, int, int]] = []
-    clock = 0
-
-    def is_open(cls: int) -> bool:
-        return 0 < class_emitted[cls] < class_size[cls]
-
-    def emit(v: int) -> None:
-        emitted[v] = True
-        result.append(v)
-        cls = int(classes[v])
-        class_emitted[cls] += 1
-        if is_open(cls):
-            for waiting in waiting_in_class.pop(cls, ()):
-                heapq.heappush(ready_open, (int(height[waiting]), -clock, waiting))
-
-    def emit_floating_ancestors(node: int) -> None:
-        stack = [(node, False)]
-        while stack:
-            v, expanded = stack.pop()
-            if emitted[v]:
-                continue
-            if expanded:
-                emit(v)
-                continue
-            stack.append((v, True))
-            stack.extend((int(p), False) for p in predecessors(v) if not main[p] and not emitted[p])
-
-    # A loop's NextIteration ops are sinks once back edges are dropped, and colocated with the
-    # loop's control; emitted as each becomes ready they would tie every group of the body to
-    # the control's device. They wait until the whole set of their class is ready, then go
-    # out together: a frame's control ends up in its head group and one tail group.
-    is_next = np.array([t in ("NextIteration", "RefNextIteration") for t in op_graph.types], bool)
-    next_count = np.bincount(classes[is_next], minlength=len(class_size))
-    held: dict[int, list[int]] = {}
-
-    def push(node: int) -> None:
-        if is_next[node]:
-            cls = int(classes[node])
-            held.setdefault(cls, []).append(node)
-            if len(held[cls]) < next_count[cls]:
-                return
-            for waiting in held.pop(cls)[:-1]:
-                enqueue(waiting)
-        enqueue(node)
-
-    def enqueue(node: int) -> None:
-        nonlocal clock
-        clock += 1
-        entry = (int(height[node]), -clock, node)
-        cls = int(classes[node])
-        if is_open(cls):
-            heapq.heappush(ready_open, entry)
-        elif class_size[cls] > 1:
-            waiting_in_class.setdefault(cls, []).append(node)
-        heapq.heappush(ready_by_scope.setdefault(int(scope[node]), []), (-clock, node))
-        heapq.heappush(ready_any, entry)
-
-    def pop_live(heap: list, index: int) -> int | None:
-        while heap and emitted[heap[0][index]]:
-            heapq.heappop(heap)
-        return heapq.heappop(heap)[index] if heap else None
-
-    indegree = np.zeros(n, np.int64)
-    np.add.at(indegree, receivers[main[senders]], 1)
-    for node in np.flatnonzero(main & (indegree == 0)):
-        push(int(node))
-    current = -1
-    while True:
-        node = pop_live(ready_open, 2)
-        if node is None:
-            node = pop_live(ready_by_scope.get(current, []), 1)
-        if node is None:
-            node = pop_live(ready_any, 2)
-            if node is None:
-                break
-        current = int(scope[node])
-        emit_floating_ancestors(node)
-        for child in successors(node):
-            if main[child]:
-                indegree[child] -= 1
-                if indegree[child] == 0:
-                    push(int(child))
-    for node in (v for waiting in held.values() for v in waiting):  # not reached by design
-        emit(node)
-    for node in op_graph.topo_order:  # floating sinks: initializers and the like
-        emit_floating_ancestors(int(node))
-    return np.asarray(result, np.int32)
-
-
-def floating_ops(op_graph: OpGraph) -> np.ndarray:
-    """Ops that depend on no input placeholder: variables, their reads, constants, initializers.
-
-    In a graph without placeholders, the ops without inputs.
-    """
-    n = op_graph.num_ops
-    senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
-    receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    successors = _neighbours(senders, receivers, n)
-    main = np.zeros(n, bool)
-    for node in op_graph.topo_order:
-        if op_graph.types[node] == "Placeholder":
-            main[node] = True
-        if main[node]:
-            main[successors(node)] = True
-    if not main.any():
-        main = np.bincount(receivers, minlength=n) > 0
-    return ~main
-
-
-def _neighbours(src: np.ndarray, dst: np.ndarray, n: int):
-    """neighbours(v) -> array of dst over edges src == v."""
-    ptr, targets = csr(src, n, dst, dst.dtype)
-    return lambda v: targets[ptr[v]:ptr[v + 1]]
 
 
 def group(op_graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, weights: np.ndarray | None = None) -> Grouping:
@@ -300,7 +148,7 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         next_label += len(cuts) + 1
     # A floating op joins the earliest piece of its group that consumes it (consumers first,
     # so chains of floating ops follow), else its group's first piece.
-    successors = _neighbours(senders, receivers, op_graph.num_ops)
+    successors = neighbours(senders, receivers, op_graph.num_ops)
     for node in order[floating[order]][::-1]:
         g = int(op_to_group[node])
         local = [int(labels[c]) for c in successors(node) if op_to_group[c] == g]
@@ -320,7 +168,7 @@ def _split_by_anchor(op_graph: OpGraph, order: np.ndarray, op_to_group: np.ndarr
         earliest[key] = min(earliest.get(key, together[node]), together[node])
     for node in order[floating[order]]:
         together[node] = earliest[(int(op_graph.colocation[node]), int(op_to_group[node]))]
-    predecessors = _neighbours(receivers, senders, op_graph.num_ops)
+    predecessors = neighbours(receivers, senders, op_graph.num_ops)
     for node in order[floating[order]]:  # inputs never after their consumer
         preds = predecessors(node)
         if len(preds):
@@ -396,8 +244,8 @@ def _gather_floating_ops(op_graph: OpGraph, order: np.ndarray, op_to_group: np.n
         home.setdefault(int(op_graph.colocation[node]), int(op_to_group[node]))
     senders = np.concatenate([op_graph.senders, op_graph.control_senders]).astype(np.int64)
     receivers = np.concatenate([op_graph.receivers, op_graph.control_receivers]).astype(np.int64)
-    predecessors = _neighbours(receivers, senders, op_graph.num_ops)
-    successors = _neighbours(senders, receivers, op_graph.num_ops)
+    predecessors = neighbours(receivers, senders, op_graph.num_ops)
+    successors = neighbours(senders, receivers, op_graph.num_ops)
     # A floating op alone in its class (a constant) has no home of its own: it follows the
     # earliest home of the floating ops it feeds, so it does not hold them back (the optimizer's
     # step counter increment, fed a constant emitted at the very end, would stay in the last
@@ -540,6 +388,6 @@ def _group_names(op_graph: OpGraph, op_to_group: np.ndarray, g: int) -> list[str
     """"g17:conv2d_3" style names: index and the most common scope of the group's ops."""
     counts: list[dict[str, int]] = [{} for _ in range(g)]
     for name, grp in zip(op_graph.names, op_to_group):
-        scope = _scope(name)
+        scope = layer_scope(name)
         counts[grp][scope] = counts[grp].get(scope, 0) + 1
     return [f"g{i}:{max(c, key=c.get)}" for i, c in enumerate(counts)]
