@@ -5,7 +5,7 @@
   SavedModel, .pb/.pbtxt path) -> a self-contained GraphDef with function calls inlined: the
   dispatch. `keras_step.py` traces a Keras model's training step (or forward pass);
   `captures.py` makes a ConcreteFunction self-contained; `inlining.py` inlines function calls
-  with grappler.
+  with grappler; `graph_file.py` tells which proto a .pb/.pbtxt file holds.
 - `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory), and the
   NodeDef helpers the others share (inputs, sinks, function calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
@@ -15,7 +15,8 @@
   integer values and TensorList facts TensorFlow can know before running.
 - `grouping.py`: OpGraph -> acyclic grouped OpGraph of at most a few hundred groups, cut from
   the layer-keeping topological order of `scoped_order.py`.
-- `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`).
+- `builtin.py`: the built-in benchmark graphs and graph families (`"builtin:NAME"`), built by
+  `builtin_models.py` and `builtin_families.py`.
 """
 
 from __future__ import annotations

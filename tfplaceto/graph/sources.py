@@ -18,8 +18,8 @@ Map of the file (the dispatch; each idea it dispatches to has its own module):
   _resolve_fetches, _check_graph_def, _feeds_of_graph_def: validation and defaults.
 Elsewhere: the Keras training step (or forward pass) is traced in `keras_step.py`; a
 ConcreteFunction's captures become VarHandleOp / Const nodes in `captures.py`; variables are set
-up in a Session by `tfplaceto.measure.session`. The file stays at ~500 lines because each kind of
-source below keeps its own short `_from_*` reader and its own error messages.
+up in a Session by `tfplaceto.measure.session`; which proto a .pb/.pbtxt file holds is
+`graph_file.py`'s question.
 
 Sources:
   tf.compat.v1.GraphDef     copied (the user's proto is never modified).
@@ -46,14 +46,13 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from google.protobuf import message as protobuf_message
-from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from tfplaceto import errors
 from tfplaceto.graph import builtin, captures, implementations, keras_step
 from tfplaceto.graph.from_graph_def import op_name
+from tfplaceto.graph.graph_file import op_is_registered, parse_graph_file
 from tfplaceto.graph.inlining import inline_functions
 
 __all__ = ["LoadedGraph", "build_builtin", "load_source"]
@@ -210,7 +209,7 @@ def _from_path(path: str, requested: tuple[str, ...], signature_key: str | None,
     except OSError as error:
         raise errors.InvalidGraphError(
             f"cannot read {path!r}: {error.strerror}; check the path and its permissions") from None
-    parsed = _parse_graph_file(data, prefer_text=path.lower().endswith(_TEXT_SUFFIXES))
+    parsed = parse_graph_file(data, prefer_text=path.lower().endswith(_TEXT_SUFFIXES))
     if parsed is None:
         raise errors.InvalidGraphError(
             f"{path!r} is neither a binary nor a text GraphDef or MetaGraphDef (or it names ops "
@@ -234,60 +233,6 @@ def _load_keras_file(path: str):
         raise errors.InvalidGraphError(
             f"cannot load the Keras model {path!r}: {errors.first_line(error)}; write it with "
             "model.save(path), and load custom layers' modules first") from None
-
-
-def _parse_graph_file(data: bytes, prefer_text: bool
-                      ) -> tuple[str, graph_pb2.GraphDef | meta_graph_pb2.MetaGraphDef] | None:
-    """Tries binary and text GraphDef and MetaGraphDef; returns (kind, proto) or None.
-
-    Binary protobuf parsing is lenient (bytes of one message type often parse as another), so a
-    parse only counts if the graph it yields looks like a real graph (`_looks_valid`).
-    """
-    def binary(proto_type):
-        proto = proto_type()
-        try:
-            proto.ParseFromString(data)
-        except (protobuf_message.DecodeError, RuntimeError, ValueError):
-            return None
-        return proto
-
-    def text(proto_type):
-        proto = proto_type()
-        try:
-            text_format.Parse(data.decode("utf-8"), proto)
-        except (text_format.ParseError, UnicodeDecodeError, RuntimeError, ValueError):
-            return None
-        return proto
-
-    attempts = [("binary", binary), ("text", text)]
-    if prefer_text:
-        attempts.reverse()
-    for encoding, parse in attempts:
-        for label, proto_type in (("MetaGraphDef", meta_graph_pb2.MetaGraphDef),
-                                  ("GraphDef", graph_pb2.GraphDef)):
-            proto = parse(proto_type)
-            if proto is None:
-                continue
-            graph_def = proto.graph_def if label == "MetaGraphDef" else proto
-            if _looks_valid(graph_def):
-                return f"{encoding} {label}", proto
-    # Text that parses is certainly meant as a graph: hand it on so that `_check_graph_def` says
-    # precisely what is wrong with it (an unknown op, a dangling input) instead of "unreadable".
-    for label, proto_type in (("GraphDef", graph_pb2.GraphDef),
-                              ("MetaGraphDef", meta_graph_pb2.MetaGraphDef)):
-        proto = text(proto_type)
-        graph_def = proto.graph_def if label == "MetaGraphDef" and proto is not None else proto
-        if graph_def is not None and graph_def.node:
-            return f"text {label}", proto
-    return None
-
-
-def _looks_valid(graph_def: graph_pb2.GraphDef) -> bool:
-    if not graph_def.node:
-        return False
-    known = {function.signature.name for function in graph_def.library.function}
-    return all(node.name and (node.op in known or _op_is_registered(node.op))
-               for node in graph_def.node)
 
 
 # -- functions, Keras, SavedModel ---------------------------------------------------------------------
@@ -474,7 +419,7 @@ def _check_graph_def(graph_def: graph_pb2.GraphDef, description: str) -> None:
         names.add(node.name)
     functions = {function.signature.name for function in graph_def.library.function}
     for node in graph_def.node:
-        if node.op not in functions and not _op_is_registered(node.op):
+        if node.op not in functions and not op_is_registered(node.op):
             raise errors.InvalidGraphError(
                 f"{description}: node {node.name!r} has op type {node.op!r}, which TensorFlow "
                 f"{tf.__version__} does not know; load its op library (tf.load_op_library) first")
@@ -500,12 +445,6 @@ def _feeds_of_graph_def(graph_def: graph_pb2.GraphDef) -> tuple[Feed, ...]:
 
 
 
-
-
-def _op_is_registered(op_type: str) -> bool:
-    from tensorflow.python.framework import op_def_registry
-
-    return op_def_registry.get(op_type) is not None
 
 
 def _shape_list(shape: tf.TensorShape) -> list[int | None] | None:
