@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from tfplaceto import errors
 from tfplaceto.cluster import canonical_device_name
-from tfplaceto.graph.from_graph_def import CALL_OPS, called_function, parse_input
+from tfplaceto.graph.node_defs import CALL_OPS, called_function, parse_input
 from tfplaceto.graph.op_graph import joined_classes
 from tfplaceto.placement import Placement, as_placement
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.graph import check_batch_size
-from tfplaceto.graph.from_graph_def import called_function
+from tfplaceto.graph.node_defs import called_function
 from tfplaceto.place import OptimizeResult, check_method
 from tfplaceto.rewrite import DeviceResolver
 

@@ -6,8 +6,8 @@
   dispatch. `keras_step.py` traces a Keras model's training step (or forward pass);
   `captures.py` makes a ConcreteFunction self-contained; `inlining.py` inlines function calls
   with grappler; `graph_file.py` tells which proto a .pb/.pbtxt file holds.
-- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory), and the
-  NodeDef helpers the others share (inputs, sinks, function calls).
+- `from_graph_def.py`: GraphDef -> OpGraph (shapes, bytes, kernels, colocation, memory);
+  `node_defs.py`: the NodeDef helpers the others share (inputs, fetch names, sinks, calls).
 - `implementations.py`: which alternative of a Keras LSTM/GRU (cuDNN kernel or standard loop)
   the import keeps for the target device type.
 - `loops.py`: while-loop frames and their trip counts (how often a loop body runs per step);

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from tfplaceto import errors
-from tfplaceto.graph.from_graph_def import op_name
+from tfplaceto.graph.node_defs import op_name
 
 
 @dataclasses.dataclass(frozen=True)

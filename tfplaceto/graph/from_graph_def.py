@@ -17,9 +17,8 @@
   that read or update it must share a device, as TensorFlow's placer enforces);
 - kernels: the device types with a registered kernel for each node's op and dtype attributes
   (TensorFlow's kernel registry lists GPU kernels even in a CPU-only process).
-NodeDef helpers the source dispatch, the inliner, the LSTM/GRU selector and the write-back share:
-`parse_input`, `op_name` (of a fetch), `sinks` (the default fetches), `CALL_OPS` and
-`called_function` (the FunctionDef a node calls).
+The NodeDef helpers it shares with the source dispatch, the inliner, the LSTM/GRU selector and
+the write-back are in `node_defs.py`.
 """
 
 from __future__ import annotations
@@ -32,10 +31,9 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.graph import loop_shapes, loops
+from tfplaceto.graph.node_defs import op_name, parse_input, sinks
 from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
 
-# Function calls by op (a function can also be called as an op of its own name).
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 # Ops that take a resource input without TensorFlow colocating them with the resource.
 _RESOURCE_COLOCATION_EXEMPT = frozenset({
     "While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall",
@@ -45,34 +43,6 @@ _VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "VarHandleOp
 _BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # Bytes per element assumed for strings, whose size shape inference cannot know.
 _STRING_ELEMENT_BYTES = 64
-
-
-def parse_input(name: str) -> tuple[str, int, bool]:
-    """Splits a NodeDef input into (node name, output index, is_control)."""
-    if name.startswith("^"):
-        return name[1:], -1, True
-    node, _, index = name.partition(":")
-    return node, int(index) if index else 0, False
-
-
-def op_name(name: str) -> str:
-    """The op of a fetch or input name: "x:0" -> "x", "^x" -> "x" (anything else unchanged)."""
-    name = name.lstrip("^")
-    head, _, tail = name.rpartition(":")
-    return head if head and tail.isdigit() else name
-
-
-def called_function_name(node) -> str:
-    """The name of the function a NodeDef calls: its `f` attribute for a PartitionedCall, else
-    its op (a function called by name as an op; not a function at all for other ops)."""
-    if node.op in CALL_OPS and "f" in node.attr:
-        return node.attr["f"].func.name
-    return node.op
-
-
-def called_function(node, functions: Mapping):
-    """The FunctionDef (of `functions`, name -> FunctionDef) a node calls, or None."""
-    return functions.get(called_function_name(node))
 
 
 def op_graph_from_graph_def(graph_def, fetches: Sequence[str] | None = None,
@@ -188,12 +158,6 @@ def _normalize_fetches(fetches, nodes) -> tuple[str, ...]:
             raise errors.InvalidGraphError(f"fetch {fetch!r} is not an op of the graph{hint}")
         result.append(name)
     return tuple(dict.fromkeys(result))
-
-
-def sinks(graph_def) -> tuple[str, ...]:
-    """The nodes of a GraphDef no other node reads (data or control): its default fetches."""
-    consumed = {parse_input(i)[0] for n in graph_def.node for i in n.input}
-    return tuple(n.name for n in graph_def.node if n.name not in consumed)
 
 
 def _fanin(roots, nodes) -> set[str]:

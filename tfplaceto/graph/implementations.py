@@ -35,8 +35,8 @@ import dataclasses
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
 from tfplaceto import errors
-from tfplaceto.graph.from_graph_def import CALL_OPS, called_function_name
 from tfplaceto.graph.inlining import run_grappler
+from tfplaceto.graph.node_defs import CALL_OPS, called_function_name
 
 API_ATTR = "api_implements"
 DEVICE_ATTR = "api_preferred_device"

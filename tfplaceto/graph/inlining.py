@@ -20,7 +20,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
 
 from tfplaceto import errors
-from tfplaceto.graph.from_graph_def import CALL_OPS, sinks
+from tfplaceto.graph.node_defs import CALL_OPS, sinks
 
 FUNCTIONAL_CONTROL_FLOW_OPS = frozenset(
     {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})

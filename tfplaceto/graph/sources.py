@@ -51,9 +51,9 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from tfplaceto import errors
 from tfplaceto.graph import builtin, captures, implementations, keras_step
-from tfplaceto.graph.from_graph_def import op_name
 from tfplaceto.graph.graph_file import op_is_registered, parse_graph_file
 from tfplaceto.graph.inlining import inline_functions
+from tfplaceto.graph.node_defs import op_name
 
 __all__ = ["LoadedGraph", "build_builtin", "load_source"]
 

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 
 from tfplaceto import checks, errors
-from tfplaceto.graph.from_graph_def import parse_input
+from tfplaceto.graph.node_defs import parse_input
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.session import inputs_as_variables, random_feeds, run_placed
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
