@@ -3,7 +3,8 @@
 import pytest
 
 import tfplaceto as tp
-from tfplaceto.cluster import PRESETS, as_cluster, canonical_device_name
+from tfplaceto.cluster import as_cluster, canonical_device_name
+from tfplaceto.presets import PRESETS
 
 
 @pytest.mark.parametrize("name", PRESETS)
