@@ -28,9 +28,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from tfplaceto import checks, errors, outputs, presets
-from tfplaceto.graph.op_graph import DEVICE_TYPES
 from tfplaceto.protos import cluster_pb2
 
+# The device types ops are placed on; an OpGraph's `kernels` has one column per type, in this order.
+DEVICE_TYPES = ("CPU", "GPU")
 GB = 10**9
 GIB = 2**30
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"

@@ -36,10 +36,10 @@ import re
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.cluster import Cluster, as_cluster, session_config
+from tfplaceto.cluster import DEVICE_TYPES, Cluster, as_cluster, session_config
 from tfplaceto.costs.cost_profile import CostProfile, profiled_graph_def
 from tfplaceto.graph.from_graph_def import colocated_kernels
-from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
+from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.session import initialize_all_variables
 
 _HOST_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"

@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from tfplaceto import checks
+from tfplaceto.cluster import as_cluster
 from tfplaceto.graph import implementations
 from tfplaceto.graph.from_graph_def import op_graph_from_graph_def
 from tfplaceto.graph.grouping import DEFAULT_MAX_GROUPS, Grouping, group
@@ -71,8 +72,6 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
         batch_size = batch_size or default_batch
     check_batch_size(batch_size)
     if cluster is not None:
-        from tfplaceto.cluster import as_cluster  # here: cluster.py imports graph.op_graph
-
         cluster = as_cluster(cluster)
     device_type = None if cluster is None else implementations.target_device_type(cluster)
     loaded = sources.load_source(source, fetches=fetches, device_type=device_type)

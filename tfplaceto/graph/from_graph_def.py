@@ -30,9 +30,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
+from tfplaceto.cluster import DEVICE_TYPES
 from tfplaceto.graph import loop_shapes, loops
 from tfplaceto.graph.node_defs import op_name, parse_input, sinks
-from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, joined_classes, make_op_graph
+from tfplaceto.graph.op_graph import OpGraph, joined_classes, make_op_graph
 
 # Ops that take a resource input without TensorFlow colocating them with the resource.
 _RESOURCE_COLOCATION_EXEMPT = frozenset({

@@ -49,8 +49,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfplaceto import errors
-
-DEVICE_TYPES = ("CPU", "GPU")
+from tfplaceto.cluster import DEVICE_TYPES
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

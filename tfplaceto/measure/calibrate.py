@@ -38,10 +38,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from tfplaceto import errors
-from tfplaceto.cluster import Cluster, Link
+from tfplaceto.cluster import DEVICE_TYPES, Cluster, Link
 from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.from_graph_def import colocated_kernels
-from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph
+from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
 from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
