@@ -20,6 +20,7 @@ JSON file and a PNG of the curves (against episodes and training wall time).
 
     python benchmarks/learning.py --graphs cifar10-cells/0 ptb-cells/0 --episodes 1536 512 \\
         --out docs/learning.json --plot docs/learning.png
+    python benchmarks/learning.py --graphs ptb-cells/0 --episodes 2048 --gin-param train.lanes=64
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def main(argv=None) -> None:
     parser.add_argument("--starts", type=int, default=4, help="fixed random starts per evaluation")
     parser.add_argument("--gin", default=os.path.join(ROOT, "tfplaceto", "policy", "train.gin"),
                         help="training configuration (default: the shipped policy's)")
+    parser.add_argument("--gin-param", action="append", default=[],
+                        help="a gin binding on top of --gin, e.g. train.lanes=64 (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument("--plot", default=None, help="PNG of the curves")
@@ -157,7 +160,7 @@ def main(argv=None) -> None:
 
     import tfplaceto.rl.train  # noqa: F401  (registers train() with gin)
 
-    gin.parse_config_file(args.gin)
+    gin.parse_config_files_and_bindings([args.gin], args.gin_param)
     episodes = args.episodes * len(args.graphs) if len(args.episodes) == 1 else args.episodes
     rows = []
     for name, count in zip(args.graphs, episodes):
