@@ -19,9 +19,9 @@ from test_rl import layered  # tests/ is on sys.path under pytest
 import tfplaceto as tp
 from tfplaceto import errors
 from tfplaceto.cli import main
-from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import load_policy
 from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.policy.observation import pack
 from tfplaceto.problem import Best
 from tfplaceto.rl import distributed
 from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
@@ -49,7 +49,7 @@ def test_an_item_carries_a_whole_batch_and_unpacks_to_it():
     small, large = layered(seed=1, depth=3), layered(seed=2, depth=5)
     env = PlacementEnvironment([small, large], batch_size=3, seed=0, shared_start=True)
     policy = PlacetoPolicy(*specs(env), PlacetoNetwork(hidden=8, rounds=2, seed=0),
-                           as_tensors(F.pack(env.statics, env.dims)), seed=0)
+                           as_tensors(pack(env.statics, env.dims)), seed=0)
     from tf_agents.policies import py_tf_eager_policy
 
     py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
@@ -133,7 +133,7 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
     problem = layered(seed=4)
     env = PlacementEnvironment(problem, batch_size=2)
     network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
-    agent = PlacetoAgent(*specs(env), network, as_tensors(F.pack(env.statics, env.dims)))
+    agent = PlacetoAgent(*specs(env), network, as_tensors(pack(env.statics, env.dims)))
     settings = {"lanes": 2, "initial": "random", "order": "topological", "oom_penalty": 1.0,
                 "shared_start": True, "seed": 0, "network": network.config}
     launcher = distributed.Launcher(None, None, actors=0, logdir=str(tmp_path))

@@ -538,7 +538,7 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     from tf_agents.experimental.distributed import reverb_variable_container
     from tf_agents.policies import py_tf_eager_policy
 
-    from tfplaceto.policy import features as F
+    from tfplaceto.policy import observation
     from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
     from tfplaceto.rl.environment import PlacementEnvironment
@@ -560,10 +560,10 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     seed = actor_seed(job["seed"], actor_id, incarnation)
     env = PlacementEnvironment(problems, batch_size=job["lanes"], initial=tuple(job["initial"]),
                                order=job["order"], seed=seed, oom_penalty=job["oom_penalty"],
-                               shared_start=job["shared_start"], dims=F.Dims(*job["dims"]))
+                               shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]))
     network = PlacetoNetwork(**job["network"])
     network.warm_up()
-    policy = PlacetoPolicy(*specs(env), network, as_tensors(F.pack(env.statics, env.dims)), seed=seed)
+    policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed)
     py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
     container = reverb_variable_container.ReverbVariableContainer(address, table_names=[VARIABLES])
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)

@@ -51,7 +51,7 @@ from tf_agents.policies import policy_saver, py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 
 from tfplaceto.outputs import atomic_write
-from tfplaceto.policy import features as F
+from tfplaceto.policy import observation
 from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
@@ -92,7 +92,7 @@ class Actor:
         self._seed = seed
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
-        policy = PlacetoPolicy(*specs(probe), network, as_tensors(F.pack(probe.statics, probe.dims)), seed=seed)
+        policy = PlacetoPolicy(*specs(probe), network, as_tensors(observation.pack(probe.statics, probe.dims)), seed=seed)
         batched = lambda spec: tf.TensorSpec((None,) + tuple(spec.shape), spec.dtype)  # noqa: E731
         signature = [tf.nest.map_structure(batched, policy.time_step_spec),
                      tf.nest.map_structure(batched, policy.policy_state_spec), tf.TensorSpec((), tf.bool)]
@@ -348,7 +348,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     problems = [problems] if isinstance(problems, Problem) else list(problems)
     env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                oom_penalty=oom_penalty, shared_start=shared_start)
-    packed = as_tensors(F.pack(env.statics, env.dims))
+    packed = as_tensors(observation.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every)
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
