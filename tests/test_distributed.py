@@ -24,9 +24,10 @@ from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.policy.observation import pack
 from tfplaceto.problem import Best
 from tfplaceto.rl import distributed
+from tfplaceto.rl.acting import collect, specs
 from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import collect, specs, train
+from tfplaceto.rl.train import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

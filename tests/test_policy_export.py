@@ -11,9 +11,10 @@ from tf_agents.policies import greedy_policy, py_tf_eager_policy
 from tfplaceto.cli import main
 from tfplaceto.policy.checkpoint import SAVED_POLICY, load_policy
 from tfplaceto.policy.observation import ACTION_MASK, pack
+from tfplaceto.rl.acting import specs
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import specs, train
+from tfplaceto.rl.train import train
 
 
 def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_path):

@@ -13,9 +13,10 @@ from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.policy.observation import ACTION_MASK, STEP, graph_statics, pack
 from tfplaceto.problem import Best, Problem, allowed_devices
+from tfplaceto.rl.acting import greedy_placements
 from tfplaceto.rl.agent import as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import greedy_placements, train
+from tfplaceto.rl.train import train
 
 
 def _gpus(count, memory=16 * 10**9):
@@ -133,8 +134,8 @@ def test_oom_is_penalized():
 def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():
     from tf_agents.policies import py_tf_eager_policy
 
+    from tfplaceto.rl.acting import collect, specs
     from tfplaceto.rl.agent import PlacetoPolicy
-    from tfplaceto.rl.train import collect, specs
 
     problem = layered(seed=2, cpu_only=[0, 5, 9, 13])
     env = PlacementEnvironment(problem, batch_size=3, initial="random", seed=0)
@@ -205,8 +206,8 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
     import tensorflow as tf
     from tf_agents.trajectories import time_step as ts
 
+    from tfplaceto.rl.acting import specs
     from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy
-    from tfplaceto.rl.train import specs
 
     problem = layered(seed=7)
     env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3)

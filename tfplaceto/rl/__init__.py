@@ -4,8 +4,11 @@
   one episode re-places every colocation class once; rewards are simulated runtime improvements.
 - `agent.py`: `PlacetoPolicy` (a `TFPolicy` around the Sonnet network) and `PlacetoAgent` (a
   `TFAgent`: REINFORCE with a per-step baseline, entropy bonus, Adam, global-norm clipping).
-- `train.py`: collection, the training loop with TensorBoard summaries, tqdm and checkpoints that
-  resume; `train`, the embedded collector.
+- `acting.py`: running a policy: lockstep collection of a batch (`collect`), `Actor` (a network's
+  policy on one problem, greedy or sampled) and `greedy_placements` (the policy alone).
+- `train.py`: the training loop with TensorBoard summaries, tqdm, model selection and
+  checkpoints that resume; `train`, the embedded collector; `problems_for`.
+- `logdir.py`: what a training logdir holds, restoring it, its JSON files.
 - `distributed.py`: collection in actor processes through a Reverb server (a queue of whole
   lockstep batches, weights through TF-Agents' `ReverbVariableContainer`), the launcher that
   starts and restarts local actors, the actor (`tfplaceto actor`), and `train_sources`

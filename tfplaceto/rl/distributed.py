@@ -52,7 +52,7 @@ by the embedded engine (`actors=0`, no address) or with actors (`train_distribut
 `run_actor(address, ...)` is the actor: it reads the job, rebuilds the problems from their
 sources (and refuses to collect if their fingerprints differ from the learner's: another
 version, other files), then loops: pull the weights, collect one batch with
-`tfplaceto.rl.train.collect` (the embedded engine's own lockstep collection), write it.
+`tfplaceto.rl.acting.collect` (the embedded engine's own lockstep collection), write it.
 `tfplaceto actor --reverb-address HOST:PORT` runs it on another machine.
 
 Determinism: the embedded engine is reproducible to the bit; a distributed run is not (which
@@ -76,6 +76,7 @@ import numpy as np
 
 from tfplaceto import errors
 from tfplaceto.problem import Best, Problem
+from tfplaceto.rl.logdir import read_episodes_per_actor
 
 TRAJECTORIES = "trajectories"
 VARIABLES = "variables"  # tf_agents' reverb_variable_container.DEFAULT_TABLE
@@ -199,7 +200,7 @@ def unpack_item(item: dict, problems: Sequence[Problem]):
 def make_job(sources: Sequence | None, clusters: Sequence | None, problems: Sequence[Problem], settings: dict,
              dims) -> dict:
     """The JSON-able description actors build their environment from (module docstring)."""
-    from tfplaceto.rl.train import _fingerprints
+    from tfplaceto.rl.logdir import problem_fingerprints
 
     initial = settings["initial"]
     names = list(initial) if isinstance(initial, tuple) else [initial]
@@ -208,7 +209,7 @@ def make_job(sources: Sequence | None, clusters: Sequence | None, problems: Sequ
                                           "('random', 'single', 'baseline'), not arrays or functions")
     return {"sources": None if sources is None else list(sources),
             "clusters": None if clusters is None else list(clusters),
-            "fingerprints": _fingerprints(problems), "initial": names, "order": settings["order"],
+            "fingerprints": problem_fingerprints(problems), "initial": names, "order": settings["order"],
             "lanes": settings["lanes"], "oom_penalty": settings["oom_penalty"],
             "shared_start": settings["shared_start"], "seed": settings["seed"],
             "network": settings["network"], "dims": [dims.nodes, dims.edges, dims.devices, dims.steps]}
@@ -297,7 +298,7 @@ class Launcher:
         self._client.insert(tf.constant(json.dumps(job)), priorities={JOB: 1.0})
         self._container = reverb_variable_container.ReverbVariableContainer(self.address, table_names=[VARIABLES])
         self._container.push(self._variables, VARIABLES)
-        self._read_counts()
+        self._counts = read_episodes_per_actor(self._logdir)  # of the run this one resumes
         self._actors_dir = os.path.join(self._logdir, "actors") if self._logdir else tempfile.mkdtemp(
             prefix="tfplaceto-actors-")
         os.makedirs(self._actors_dir, exist_ok=True)
@@ -305,16 +306,6 @@ class Launcher:
             self._spawn(actor)
         threading.Thread(target=self._pump, name="tfplaceto-reverb-sampler", daemon=True).start()
         return self
-
-    def _read_counts(self) -> None:
-        """Episodes per actor of the run this one resumes (from its summary.json)."""
-        if not self._logdir or not os.path.exists(os.path.join(self._logdir, "state.json")):
-            return
-        try:
-            with open(os.path.join(self._logdir, "summary.json")) as f:
-                self._counts = {str(k): int(v) for k, v in json.load(f)["episodes_per_actor"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            self._counts = {}
 
     def _spawn(self, actor: int) -> None:
         incarnation = self._incarnations.get(actor, -1) + 1
@@ -540,9 +531,11 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
 
     from tfplaceto.policy import observation
     from tfplaceto.policy.network import PlacetoNetwork
+    from tfplaceto.rl.acting import specs
     from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
     from tfplaceto.rl.environment import PlacementEnvironment
-    from tfplaceto.rl.train import _fingerprints, problems_for, specs
+    from tfplaceto.rl.logdir import problem_fingerprints
+    from tfplaceto.rl.train import problems_for
 
     parse_address(address)
     client = reverb.Client(address)
@@ -554,7 +547,7 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
             raise errors.DistributedError("this learner's problems are not named by sources: its actors "
                                           "must run in its process")
         problems, _ = problems_for(job["sources"], job["clusters"])
-    if _fingerprints(problems) != job["fingerprints"]:
+    if problem_fingerprints(problems) != job["fingerprints"]:
         raise errors.DistributedError("this actor's graphs or clusters differ from the learner's (another "
                                       "tfplaceto version, or other files at the same paths)")
     seed = actor_seed(job["seed"], actor_id, incarnation)
@@ -626,7 +619,7 @@ def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict
     import reverb
     import tensorflow as tf
 
-    from tfplaceto.rl.train import collect
+    from tfplaceto.rl.acting import collect
 
     start, episodes = time.perf_counter(), 0
     # Not `with`: leaving the writer's context flushes with no timeout, forever if the learner is gone.
