@@ -9,10 +9,11 @@
 - `train.py`: the training loop with TensorBoard summaries, tqdm, model selection and
   checkpoints that resume; `train`, the embedded collector; `problems_for`.
 - `logdir.py`: what a training logdir holds, restoring it, its JSON files.
-- `distributed.py`: collection in actor processes through a Reverb server (a queue of whole
-  lockstep batches, weights through TF-Agents' `ReverbVariableContainer`), the launcher that
-  starts and restarts local actors, the actor (`tfplaceto actor`), and `train_sources`
-  (`tfplaceto.train`: the embedded engine or actors).
+- Reverb actors (`tfplaceto.train(..., actors=N)`, `tfplaceto actor`): `reverb_items.py`, what the
+  learner and its actors exchange (tables, one item per lockstep batch, the job); `learner.py`,
+  `train_sources` (`tfplaceto.train`: the embedded engine or actors) and the `Launcher` that
+  serves Reverb, starts and restarts local actors and hands the loop their batches;
+  `actor_process.py`, the actor (`run_actor`: pull the weights, collect, write).
 `rl/` meets `sim/` and `policy/` only through specs and plain arrays.
 """
 

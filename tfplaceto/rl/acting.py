@@ -4,7 +4,7 @@
   collect(env, policy, time_step)   one batch of lockstep episodes through TF-Agents' `PyDriver`
                        with a PyPolicy (the agent's collect policy, compiled); returns the
                        Trajectory [B, T] and its weights (0 on the boundary step). What the
-                       training loop (`train.Embedded`) and the Reverb actors (`actor_process`)
+                       training loop (`train.Embedded`) and the Reverb actors (`tfplaceto.rl.actor_process`)
                        collect with.
   Actor                runs a network's policy on one problem (greedy or sampled episodes, one
                        compiled function for every call): what the placer, the training loop's

@@ -11,12 +11,12 @@
   problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
 Running a policy (`collect`, `Actor`, `greedy_placements`) is `tfplaceto.rl.acting`;
 `tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
-`tfplaceto.rl.distributed.train_sources`.
+`tfplaceto.rl.learner.train_sources`.
 
 Where batches come from is a hook: `train(..., collector=factory)` calls
 `factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
 takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
-this process; `tfplaceto.rl.distributed.Launcher` for Reverb actors). A collector has
+this process; `tfplaceto.rl.learner.Launcher` for Reverb actors). A collector has
 `batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's updates: publish the
 weights, write its own summaries) and `episodes_per_actor() -> dict`.
 
