@@ -60,7 +60,8 @@ class Actor:
         self._seed = seed
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
-        policy = PlacetoPolicy(*specs(probe), network, as_tensors(observation.pack(probe.statics, probe.dims)), seed=seed)
+        statics = as_tensors(observation.pack(probe.statics, probe.dims))
+        policy = PlacetoPolicy(*specs(probe), network, statics, seed=seed)
         batched = lambda spec: tf.TensorSpec((None,) + tuple(spec.shape), spec.dtype)  # noqa: E731
         signature = [tf.nest.map_structure(batched, policy.time_step_spec),
                      tf.nest.map_structure(batched, policy.policy_state_spec), tf.TensorSpec((), tf.bool)]

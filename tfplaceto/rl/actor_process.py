@@ -33,20 +33,11 @@ from tfplaceto import errors
 from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
+from tfplaceto.rl import reverb_items
 from tfplaceto.rl.acting import collect, specs
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.logdir import problem_fingerprints
-from tfplaceto.rl.reverb_items import (
-    JOB,
-    POLICY_KEY,
-    TRAIN_STEP_KEY,
-    TRAJECTORIES,
-    VARIABLES,
-    item_spec,
-    pack_item,
-    parse_address,
-)
 from tfplaceto.rl.train import problems_for
 
 
@@ -66,7 +57,8 @@ def _read_job(client, address: str, timeout_s: float) -> dict:
                 raise errors.DistributedError(f"no Reverb server at {address} ({errors.first_line(e)}); "
                                               "start `tfplaceto train ... --reverb-address` first") from None
             time.sleep(1.0)
-    sample = next(client.sample(JOB, num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
+    sample = next(client.sample(reverb_items.JOB, num_samples=1, emit_timesteps=False,
+                                unpack_as_table_signature=True))
     value = sample.data
     value = value.item() if hasattr(value, "item") else value
     return json.loads(value.decode() if isinstance(value, bytes) else value)
@@ -89,7 +81,7 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     Returns the number of batches written.
     """
 
-    parse_address(address)
+    reverb_items.parse_address(address)
     client = reverb.Client(address)
     job = _read_job(client, address, connect_timeout_s)
     if exit_when_gone:
@@ -110,10 +102,10 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     network.warm_up()
     policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed)
     py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
-    container = reverb_variable_container.ReverbVariableContainer(address, table_names=[VARIABLES])
+    container = reverb_variable_container.ReverbVariableContainer(address, table_names=[reverb_items.VARIABLES])
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    variables = {POLICY_KEY: network.variables, TRAIN_STEP_KEY: train_step}
-    spec = item_spec(env, job["lanes"])
+    variables = {reverb_items.POLICY_KEY: network.variables, reverb_items.TRAIN_STEP_KEY: train_step}
+    spec = reverb_items.item_spec(env, job["lanes"])
 
     def orphaned() -> bool:
         return parent_pid is not None and os.getppid() != parent_pid
@@ -176,17 +168,17 @@ def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict
             # forever): ask first, with a timeout. `exit_when_learner_gone` covers the rest.
             if gone():
                 raise _LearnerGone("its Reverb server does not answer")
-            container.update(variables, VARIABLES)
+            container.update(variables, reverb_items.VARIABLES)
             experience, weights, _ = collect(env, py_policy, env.reset())
             summaries = env.pop_summaries()
             episodes += len(summaries)
             problem = summaries[0]["problem"]
-            item = pack_item(spec, experience, weights, summaries, env.best_for(problem), problem, actor_id,
-                             incarnation, int(variables[TRAIN_STEP_KEY].numpy()), episodes,
-                             time.perf_counter() - start)
+            item = reverb_items.pack_item(spec, experience, weights, summaries, env.best_for(problem), problem,
+                                          actor_id, incarnation, int(variables[reverb_items.TRAIN_STEP_KEY].numpy()),
+                                          episodes, time.perf_counter() - start)
             writer.append(item)
-            writer.create_item(TRAJECTORIES, 1.0, tf.nest.map_structure(lambda column: column[-1],
-                                                                        writer.history))
+            writer.create_item(reverb_items.TRAJECTORIES, 1.0,
+                               tf.nest.map_structure(lambda column: column[-1], writer.history))
             while True:  # blocks while the queue is full (the rate limiter), watching the learner
                 try:
                     writer.flush(timeout_ms=2000)

@@ -47,18 +47,8 @@ import tensorflow as tf
 from tfplaceto import errors
 from tfplaceto.outputs import atomic_write
 from tfplaceto.problem import Problem
+from tfplaceto.rl import reverb_items
 from tfplaceto.rl.logdir import read_episodes_per_actor
-from tfplaceto.rl.reverb_items import (
-    JOB,
-    POLICY_KEY,
-    TRAIN_STEP_KEY,
-    TRAJECTORIES,
-    VARIABLES,
-    item_spec,
-    make_job,
-    parse_address,
-    unpack_item,
-)
 from tfplaceto.rl.train import problems_for, train
 
 _FAILURES_BEFORE_ERROR = 3
@@ -75,8 +65,10 @@ def _server(env, lanes: int, variables: dict, port: int | None, queue_size: int,
                             signature=signature)
 
     variable_signature = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), variables)
-    tables = [reverb.Table.queue(TRAJECTORIES, max_size=queue_size, signature=item_spec(env, lanes)),
-              single(VARIABLES, variable_signature), single(JOB, tf.TensorSpec((), tf.string))]
+    tables = [reverb.Table.queue(reverb_items.TRAJECTORIES, max_size=queue_size,
+                                 signature=reverb_items.item_spec(env, lanes)),
+              single(reverb_items.VARIABLES, variable_signature),
+              single(reverb_items.JOB, tf.TensorSpec((), tf.string))]
     try:
         return reverb.Server(tables, port=port, checkpointer=reverb.checkpointers.DefaultCheckpointer(directory))
     except Exception as e:  # reverb raises RuntimeError / ValueError for a port it cannot bind
@@ -102,7 +94,7 @@ class Launcher:
         if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0:
             raise errors.InvalidArgumentError(f"actors must be a non-negative integer, got {actors!r}")
         self._sources, self._clusters, self._actors = sources, clusters, actors
-        self._port = None if address is None else parse_address(address)[1]
+        self._port = None if address is None else reverb_items.parse_address(address)[1]
         self._logdir = logdir
         self._timeout_s = timeout_s
         self._server = None
@@ -136,15 +128,17 @@ class Launcher:
         del policy  # actors run their own copy of the collect policy
         self._problems = env.problems
         self._agent = agent
-        job = make_job(self._sources, self._clusters, env.problems, settings, env.dims)
-        self._variables = {POLICY_KEY: agent.network.variables, TRAIN_STEP_KEY: agent.train_step_counter}
+        job = reverb_items.make_job(self._sources, self._clusters, env.problems, settings, env.dims)
+        self._variables = {reverb_items.POLICY_KEY: agent.network.variables,
+                           reverb_items.TRAIN_STEP_KEY: agent.train_step_counter}
         self._reverb_dir = tempfile.mkdtemp(prefix="tfplaceto-reverb-")
         self._server = _server(env, settings["lanes"], self._variables, self._port, max(self._actors, 1),
                                self._reverb_dir)
         self._client = reverb.Client(self.address)
-        self._client.insert(tf.constant(json.dumps(job)), priorities={JOB: 1.0})
-        self._container = reverb_variable_container.ReverbVariableContainer(self.address, table_names=[VARIABLES])
-        self._container.push(self._variables, VARIABLES)
+        self._client.insert(tf.constant(json.dumps(job)), priorities={reverb_items.JOB: 1.0})
+        self._container = reverb_variable_container.ReverbVariableContainer(
+            self.address, table_names=[reverb_items.VARIABLES])
+        self._container.push(self._variables, reverb_items.VARIABLES)
         self._counts = read_episodes_per_actor(self._logdir)  # of the run this one resumes
         self._actors_dir = os.path.join(self._logdir, "actors") if self._logdir else tempfile.mkdtemp(
             prefix="tfplaceto-actors-")
@@ -194,7 +188,7 @@ class Launcher:
     def _pump(self) -> None:
         """Moves items from the Reverb queue to `self._items` (a thread: the learner polls)."""
         try:
-            for sample in self._client.sample(TRAJECTORIES, num_samples=2**62, emit_timesteps=False,
+            for sample in self._client.sample(reverb_items.TRAJECTORIES, num_samples=2**62, emit_timesteps=False,
                                               unpack_as_table_signature=True):
                 while not self._closing.is_set():
                     try:
@@ -222,7 +216,7 @@ class Launcher:
         if isinstance(item, Exception):
             raise errors.DistributedError(f"the Reverb sampler failed: {errors.first_line(item)}")
         self._waited += time.monotonic() - begin
-        batch, meta = unpack_item(item, self._problems)
+        batch, meta = reverb_items.unpack_item(item, self._problems)
         actor = meta["actor"]
         self._delivered.add((actor, meta["incarnation"]))
         self._failures[actor] = 0
@@ -238,7 +232,7 @@ class Launcher:
 
     def after_update(self, agent, writer, episodes: int) -> None:
         """Publishes the new weights; writes the per-actor scalars of the batches since the last call."""
-        self._container.push(self._variables, VARIABLES)
+        self._container.push(self._variables, reverb_items.VARIABLES)
         if writer is not None:
             with writer.as_default(step=episodes):
                 for actor, scalars in self._pending.items():
@@ -313,7 +307,7 @@ def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: in
     if not sources or not clusters:
         raise errors.TfplacetoError("train needs at least one source and one cluster")
     if reverb_address is not None:
-        parse_address(reverb_address)  # before building any problem
+        reverb_items.parse_address(reverb_address)  # before building any problem
     if (actors or reverb_address) and not all(isinstance(x, str) for x in [*sources, *clusters]):
         raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
                                           "builtin:NAME, presets): actor processes rebuild them from their names")
