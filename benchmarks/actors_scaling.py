@@ -5,7 +5,7 @@ policy's configuration (tfplaceto/policy/train.gin: 16 lockstep lanes of one pro
 4 updates per batch, hidden 32, 8 rounds) for `--seconds` of wall time (`train(stop_after_s=)`,
 which stops between updates), one configuration after the other in this process:
 - embedded (`--actors 0`): collection and learning alternate in one process;
-- 1 and 2 actors: `tfplaceto.rl.distributed` with local actor processes on loopback.
+- 1 and 2 actors: `tfplaceto.rl.learner` with local actor processes on loopback.
 A decision is one action (one node placed). Figures per configuration:
 - decisions/s: all decisions trained on / wall time of the run, actor start-up included;
 - steady decisions/s: from the first batch's arrival to the end (start-up excluded);
@@ -67,11 +67,11 @@ class Timed:
 def run(actors: int, seconds: float, problems, sources, clusters) -> dict:
     import numpy as np
 
-    from tfplaceto.rl import distributed
+    from tfplaceto.rl.learner import Launcher
     from tfplaceto.rl.train import Embedded, train
 
     timed: list[Timed] = []
-    launcher = distributed.Launcher(sources, clusters, actors, logdir=tempfile.mkdtemp(prefix="actors-scaling-"))
+    launcher = Launcher(sources, clusters, actors, logdir=tempfile.mkdtemp(prefix="actors-scaling-"))
 
     def factory(*args):
         timed.append(Timed(launcher.start(*args) if actors else Embedded(*args)))

@@ -36,7 +36,8 @@ def members(spec: str) -> list[int]:
 def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int) -> dict:
     from tfplaceto import search
     from tfplaceto.policy.network import PlacetoNetwork
-    from tfplaceto.rl.train import Actor, train
+    from tfplaceto.rl.acting import Actor
+    from tfplaceto.rl.train import train
 
     simulator = problem.simulator()
 

@@ -61,7 +61,8 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     from tfplaceto import search
     from tfplaceto.baselines import COMPARED_BASELINES, run
     from tfplaceto.policy.network import PlacetoNetwork
-    from tfplaceto.rl.train import Actor, train
+    from tfplaceto.rl.acting import Actor
+    from tfplaceto.rl.train import train
 
     problem = problem_of(name, cluster)
     simulator = problem.simulator()

@@ -29,7 +29,7 @@ REFERENCE = "46ab397"  # main before the lockstep engine (issue "Placeto that le
 _PROBE = r"""
 import json, sys
 import tfplaceto as tp
-from tfplaceto.policy import features
+from tfplaceto.policy.observation import graph_statics
 from tfplaceto.problem import make_problem
 from tfplaceto.rl.train import train
 graph, cluster, episodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -48,7 +48,7 @@ history = result.history
 first = [h for h in history if h["update"] == history[0]["update"]]
 timed = len(history) - len(first)
 wall = history[-1]["wall_s"] - first[-1]["wall_s"]
-steps = features.graph_statics(problem).num_steps  # every episode visits every class once
+steps = graph_statics(problem).num_steps  # every episode visits every class once
 print(json.dumps({"episodes": timed, "decisions": timed * steps, "wall_s": wall}))
 """
 

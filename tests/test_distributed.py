@@ -19,14 +19,16 @@ from test_rl import layered  # tests/ is on sys.path under pytest
 import tfplaceto as tp
 from tfplaceto import errors
 from tfplaceto.cli import main
-from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import load_policy
 from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.policy.observation import pack
 from tfplaceto.problem import Best
-from tfplaceto.rl import distributed
+from tfplaceto.rl import learner, reverb_items
+from tfplaceto.rl.acting import collect, specs
+from tfplaceto.rl.actor_process import run_actor
 from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import collect, specs, train
+from tfplaceto.rl.train import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,22 +51,22 @@ def test_an_item_carries_a_whole_batch_and_unpacks_to_it():
     small, large = layered(seed=1, depth=3), layered(seed=2, depth=5)
     env = PlacementEnvironment([small, large], batch_size=3, seed=0, shared_start=True)
     policy = PlacetoPolicy(*specs(env), PlacetoNetwork(hidden=8, rounds=2, seed=0),
-                           as_tensors(F.pack(env.statics, env.dims)), seed=0)
+                           as_tensors(pack(env.statics, env.dims)), seed=0)
     from tf_agents.policies import py_tf_eager_policy
 
     py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
-    spec = distributed.item_spec(env, 3)
+    spec = reverb_items.item_spec(env, 3)
     sizes = set()
     for _ in range(4):
         experience, weights, _ = collect(env, py_policy, env.reset())
         summaries = env.pop_summaries()
         problem = summaries[0]["problem"]
         sizes.add(weights.shape[1])
-        item = distributed.pack_item(spec, experience, weights, summaries, env.best_for(problem), problem,
+        item = reverb_items.pack_item(spec, experience, weights, summaries, env.best_for(problem), problem,
                                      actor=5, incarnation=2, policy_step=11, actor_episodes=9, actor_wall_s=1.5)
         for leaf, leaf_spec in zip(tf.nest.flatten(item), tf.nest.flatten(spec)):
             assert leaf.shape == tuple(leaf_spec.shape) and leaf.dtype == leaf_spec.dtype.as_numpy_dtype
-        batch, meta = distributed.unpack_item(item, env.problems)
+        batch, meta = reverb_items.unpack_item(item, env.problems)
         for a, b in zip(tf.nest.flatten(batch.experience), tf.nest.flatten(experience)):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(batch.weights, weights)
@@ -76,19 +78,19 @@ def test_an_item_carries_a_whole_batch_and_unpacks_to_it():
         assert meta == {"actor": 5, "incarnation": 2, "policy_step": 11, "actor_episodes": 9, "actor_wall_s": 1.5}
     assert len(sizes) == 2  # both problems were drawn: both lengths round-tripped
     with pytest.raises(ValueError, match="does not fit"):
-        distributed.pack_item(distributed.item_spec(env, 2), experience, weights, summaries, Best(), problem,
+        reverb_items.pack_item(reverb_items.item_spec(env, 2), experience, weights, summaries, Best(), problem,
                               0, 0, 0, 0, 0.0)
 
 
 def _train_with_an_actor_thread(problem, logdir, episodes, batches):
     """`train` fed by one actor (id 7) running in a thread of this process; (result, batches written)."""
-    launcher = distributed.Launcher(None, None, actors=0, logdir=logdir)
+    launcher = learner.Launcher(None, None, actors=0, logdir=logdir)
     written = {}
 
     def start(*args):
         collector = launcher.start(*args)
         thread = threading.Thread(daemon=True, target=lambda: written.setdefault(
-            "batches", distributed.run_actor(launcher.address, actor_id=7, problems=[problem], batches=batches)))
+            "batches", run_actor(launcher.address, actor_id=7, problems=[problem], batches=batches)))
         thread.start()
         written["thread"] = thread
         return collector
@@ -133,24 +135,24 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
     problem = layered(seed=4)
     env = PlacementEnvironment(problem, batch_size=2)
     network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
-    agent = PlacetoAgent(*specs(env), network, as_tensors(F.pack(env.statics, env.dims)))
+    agent = PlacetoAgent(*specs(env), network, as_tensors(pack(env.statics, env.dims)))
     settings = {"lanes": 2, "initial": "random", "order": "topological", "oom_penalty": 1.0,
                 "shared_start": True, "seed": 0, "network": network.config}
-    launcher = distributed.Launcher(None, None, actors=0, logdir=str(tmp_path))
+    launcher = learner.Launcher(None, None, actors=0, logdir=str(tmp_path))
     try:
         launcher.start(env, None, agent, settings)
         with pytest.raises(errors.DistributedError, match="differ"):
-            distributed.run_actor(launcher.address, problems=[layered(seed=5)], batches=1)
+            run_actor(launcher.address, problems=[layered(seed=5)], batches=1)
         with pytest.raises(errors.DistributedError, match="sources"):  # in-process problems, no names
-            distributed.run_actor(launcher.address, batches=1)
+            run_actor(launcher.address, batches=1)
         # Nobody trains: the queue's rate limiter stops the actor after a few items.
-        actor = threading.Thread(target=distributed.run_actor, args=(launcher.address,), daemon=True,
+        actor = threading.Thread(target=run_actor, args=(launcher.address,), daemon=True,
                                  kwargs={"problems": [problem], "batches": 40})
         actor.start()
         client = reverb.Client(launcher.address)
 
         def inserted():
-            return client.server_info()[distributed.TRAJECTORIES].rate_limiter_info.insert_stats.completed
+            return client.server_info()[reverb_items.TRAJECTORIES].rate_limiter_info.insert_stats.completed
 
         counts, deadline = [inserted()], time.monotonic() + 120
         while len(counts) < 20 or counts[-1] != counts[-20] or counts[-1] == 0:  # stable for 10 s
@@ -158,24 +160,24 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
             time.sleep(0.5)
             counts.append(inserted())
         assert actor.is_alive() and 1 <= counts[-1] <= 4
-        assert client.server_info()[distributed.TRAJECTORIES].current_size == 1
+        assert client.server_info()[reverb_items.TRAJECTORIES].current_size == 1
     finally:
         launcher.close()
     actor.join(300)  # it notices between batches: generous, a loaded machine collects slowly
     assert not actor.is_alive()  # the server is gone: the actor stops
     with pytest.raises(errors.InvalidArgumentError, match="initial"):
-        distributed.make_job(None, None, [problem], {**settings, "initial": np.zeros(3)}, env.dims)
+        reverb_items.make_job(None, None, [problem], {**settings, "initial": np.zeros(3)}, env.dims)
     for address in ("nohost", "host:0", "host:99999", ":80", "host:port"):
         with pytest.raises(errors.InvalidArgumentError, match="HOST:PORT"):
-            distributed.parse_address(address)
+            reverb_items.parse_address(address)
     with pytest.raises(errors.InvalidArgumentError, match="actors"):
-        distributed.Launcher(None, None, actors=-1)
+        learner.Launcher(None, None, actors=-1)
     with pytest.raises(errors.InvalidArgumentError, match="actors"):
         tp.train(["builtin:ptb-cells/0"], ["2xV100"], episodes=2, logdir=None, actors=-1)
     with pytest.raises(errors.InvalidArgumentError, match="strings"):
         tp.train([problem.graph], ["2xV100"], episodes=2, logdir=None, actors=1)
     with pytest.raises(errors.DistributedError, match="no Reverb server"):
-        distributed.run_actor("localhost:1", batches=1, connect_timeout_s=0.1)
+        run_actor("localhost:1", batches=1, connect_timeout_s=0.1)
 
 
 @pytest.mark.parametrize("argv", [
@@ -250,9 +252,9 @@ def test_ctrl_c_stops_the_actors_the_launcher_started(tmp_path, monkeypatch):
             time.sleep(0.1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(distributed.Launcher, "batch", interrupted)
+    monkeypatch.setattr(learner.Launcher, "batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        distributed.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=2,
+        learner.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=2,
                                       lanes=2, hidden=8, rounds=2, progress=False)
     actors = json.loads((tmp_path / "actors" / "actors.json").read_text())
     assert set(actors) == {"0", "1"} and not any(_pid_alive(a["pid"]) for a in actors.values())
@@ -262,7 +264,7 @@ def test_ctrl_c_stops_the_actors_the_launcher_started(tmp_path, monkeypatch):
 def test_an_actor_that_keeps_failing_is_an_error_with_its_log(tmp_path):
     # Problems given in-process have no sources: actor processes cannot rebuild them and exit.
     with pytest.raises(errors.DistributedError, match="exited with status 2 3 times.*not named by sources"):
-        distributed.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=1,
+        learner.train_distributed([layered(seed=4)], None, None, episodes=2, logdir=str(tmp_path), actors=1,
                                       lanes=2, hidden=8, rounds=2, progress=False)
     actors = json.loads((tmp_path / "actors" / "actors.json").read_text())
     assert actors["0"]["incarnation"] == 2 and not _pid_alive(actors["0"]["pid"])

@@ -236,13 +236,13 @@ def test_baselines_pay_a_split_bodys_transfers_every_iteration(method):
 
 
 def test_policy_features_see_a_loop_bodys_transfers_per_step():
-    from tfplaceto.policy import features
+    from tfplaceto.policy.observation import graph_statics
     from tfplaceto.problem import make_problem
 
     statics = {}
     for trips in (1, 50):
         graph, costs = _chatty_body(trips)
-        statics[trips] = features.graph_statics(make_problem(graph, tp.Cluster.preset("2xV100"), costs))
+        statics[trips] = graph_statics(make_problem(graph, tp.Cluster.preset("2xV100"), costs))
     np.testing.assert_array_equal(statics[50].edge_bytes, 50 * statics[1].edge_bytes)
     # Compute comes per step from the profile (trips x per iteration) in both.
     np.testing.assert_array_equal(statics[50].compute_s, statics[1].compute_s)

@@ -8,6 +8,15 @@ import tfplaceto as tp
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy import features as F
 from tfplaceto.policy.network import MASKED_LOGIT, PlacetoNetwork
+from tfplaceto.policy.observation import (
+    Dims,
+    dims_for,
+    graph_statics,
+    node_edges,
+    observation,
+    observation_spec,
+    pack,
+)
 from tfplaceto.problem import Problem, allowed_devices
 
 
@@ -27,26 +36,26 @@ def diamond_problem(cluster="2xV100", cpu_only=()):
 
 
 def _observation(problem, step=0, dims=None, placement=None):
-    statics = F.graph_statics(problem)
-    dims = dims or F.dims_for([statics])
+    statics = graph_statics(problem)
+    dims = dims or dims_for([statics])
     placement = np.zeros(problem.num_nodes, np.int32) if placement is None else placement
     start, end, peak = problem.simulator().schedule(placement)
     busy = np.bincount(placement, weights=end - start, minlength=problem.num_devices)
-    obs = F.observation(statics, dims, 0, step, placement, np.zeros(problem.num_nodes), start, end,
+    obs = observation(statics, dims, 0, step, placement, np.zeros(problem.num_nodes), start, end,
                         busy, peak.astype(float), float(end.max()))
-    packed = {k: tf.constant(v) for k, v in F.pack([statics], dims).items()}
+    packed = {k: tf.constant(v) for k, v in pack([statics], dims).items()}
     return packed, {k: tf.constant(v[None]) for k, v in obs.items()}
 
 
 def test_node_edges_are_deduplicated_pairs_with_summed_bytes():
     graph = diamond_problem().graph
-    senders, receivers, nbytes = F.node_edges(graph)
+    senders, receivers, nbytes = node_edges(graph)
     pairs = dict(zip(zip(senders.tolist(), receivers.tolist()), nbytes.tolist()))
     assert pairs == {(0, 1): 12000, (0, 2): 4000, (1, 3): 4000, (2, 3): 4000}
 
 
 def test_ancestors_and_descendants_of_each_step():
-    statics = F.graph_statics(diamond_problem())
+    statics = graph_statics(diamond_problem())
     assert statics.steps.tolist()[0] == 0 and statics.steps.tolist()[-1] == 3
     last, first = statics.num_steps - 1, 0
     assert statics.step_ancestors[last].tolist() == [True, True, True, False]
@@ -57,18 +66,18 @@ def test_ancestors_and_descendants_of_each_step():
 
 def test_observation_matches_its_spec():
     problem = diamond_problem("4xV100")
-    statics = F.graph_statics(problem)
-    dims = F.dims_for([statics])
-    assert dims == F.Dims(nodes=5, edges=4, devices=5, steps=4)
+    statics = graph_statics(problem)
+    dims = dims_for([statics])
+    assert dims == Dims(nodes=5, edges=4, devices=5, steps=4)
     _, obs = _observation(problem)
-    for key, array_spec in F.observation_spec(dims).items():
+    for key, array_spec in observation_spec(dims).items():
         assert obs[key].shape[1:] == array_spec.shape and obs[key].dtype == array_spec.dtype, key
 
 
 def test_device_features_price_the_transfers_of_the_current_node():
     # a on GPU 0, b (current) anywhere: receiving a's 12 kB on GPU 1 costs latency + bytes / bandwidth.
     problem = diamond_problem("2xV100")
-    statics = F.graph_statics(problem)
+    statics = graph_statics(problem)
     b = statics.steps.tolist().index(1)
     packed, obs = _observation(problem, step=b)
     devices = F.compute_features(packed, obs).devices.numpy()[0]
@@ -84,7 +93,7 @@ def test_one_network_scores_2_4_and_8_devices():
     network = PlacetoNetwork(hidden=16, rounds=2, seed=3)
     for cluster, devices in (("2xV100", 3), ("4xV100", 5), ("8xV100", 9)):
         problem = diamond_problem(cluster, cpu_only=[1])
-        statics = F.graph_statics(problem)
+        statics = graph_statics(problem)
         b = statics.steps.tolist().index(1)  # node b: CPU only
         logits = network(*_observation(problem, step=b)).numpy()[0]
         assert logits.shape == (devices,)
@@ -99,7 +108,7 @@ def test_padding_does_not_change_the_logits():
     network = PlacetoNetwork(hidden=16, seed=1)
     placement = np.array([0, 1, 2, 1], np.int32)
     small = network(*_observation(problem, step=2, placement=placement)).numpy()[0]
-    padded = _observation(problem, step=2, placement=placement, dims=F.Dims(nodes=12, edges=20, devices=9, steps=7))
+    padded = _observation(problem, step=2, placement=placement, dims=Dims(nodes=12, edges=20, devices=9, steps=7))
     large = network(*padded).numpy()[0]
     np.testing.assert_allclose(large[:5], small, rtol=1e-5, atol=1e-5)
     assert (large[5:] == MASKED_LOGIT).all()

@@ -9,11 +9,12 @@ from test_rl import layered  # tests/ is on sys.path under pytest
 from tf_agents.policies import greedy_policy, py_tf_eager_policy
 
 from tfplaceto.cli import main
-from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import SAVED_POLICY, load_policy
+from tfplaceto.policy.observation import ACTION_MASK, pack
+from tfplaceto.rl.acting import specs
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import specs, train
+from tfplaceto.rl.train import train
 
 
 def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_path):
@@ -29,7 +30,7 @@ def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_
         env = PlacementEnvironment(problems, batch_size=3, seed=index, same_problem=True)
         # The reference: the same greedy policy built in this process over the loaded network.
         reference = greedy_policy.GreedyPolicy(PlacetoPolicy(*specs(env), network,
-                                                             as_tensors(F.pack(env.statics, env.dims))))
+                                                             as_tensors(pack(env.statics, env.dims))))
         state, saved_state = reference.get_initial_state(3), saved.get_initial_state(3)
         step = env.reset()
         steps = 0
@@ -38,7 +39,7 @@ def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_
             out, expected = saved.action(time_step, saved_state), reference.action(time_step, state)
             action, saved_state, state = out.action.numpy(), out.state, expected.state
             np.testing.assert_array_equal(action, expected.action.numpy())
-            assert step.observation[F.ACTION_MASK][np.arange(3), action].all()
+            assert step.observation[ACTION_MASK][np.arange(3), action].all()
             step = env.step(action)
             steps += 1
         assert steps == env.problems[env.pop_summaries()[0]["problem"]].num_nodes

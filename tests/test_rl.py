@@ -9,13 +9,14 @@ import pytest
 import tfplaceto as tp
 from tfplaceto import errors, placeto, search
 from tfplaceto.graph.op_graph import make_op_graph
-from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.policy.observation import ACTION_MASK, STEP, graph_statics, pack
 from tfplaceto.problem import Best, Problem, allowed_devices
+from tfplaceto.rl.acting import greedy_placements
 from tfplaceto.rl.agent import as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import greedy_placements, train
+from tfplaceto.rl.train import train
 
 
 def _gpus(count, memory=16 * 10**9):
@@ -62,7 +63,7 @@ def _random_episode(env, seed):
     step = env.reset()
     rewards = []
     while not step.is_last().all():
-        actions = [rng.choice(np.flatnonzero(mask)) for mask in step.observation[F.ACTION_MASK]]
+        actions = [rng.choice(np.flatnonzero(mask)) for mask in step.observation[ACTION_MASK]]
         step = env.step(np.array(actions, np.int32))
         rewards.append(step.reward.copy())
     return np.array(rewards)
@@ -93,7 +94,7 @@ def test_the_environment_keeps_the_tf_agents_contract():
     step = env.reset()
     kinds = set()
     for _ in range(40):
-        step = env.step(np.array([np.flatnonzero(m)[0] for m in step.observation[F.ACTION_MASK]], np.int32))
+        step = env.step(np.array([np.flatnonzero(m)[0] for m in step.observation[ACTION_MASK]], np.int32))
         kinds.add(tuple(step.step_type.tolist()))
     assert (0, 1) in kinds or (1, 0) in kinds  # one lane restarted while the other went on
 
@@ -102,12 +103,12 @@ def test_a_window_episode_re_places_consecutive_classes_only():
     problem = layered(seed=2)
     start = np.zeros(problem.num_nodes, np.int32)
     env = PlacementEnvironment(problem, batch_size=4, initial=start, seed=3, window=5)
-    statics = F.graph_statics(problem)
+    statics = graph_statics(problem)
     position = {int(node): k for k, node in enumerate(statics.steps)}  # node -> its step
     step = env.reset()
     rng = np.random.default_rng(0)
     while not step.is_last().all():  # always a device other than 0, so every visited class moves
-        step = env.step(np.array([rng.choice(np.flatnonzero(m[1:]) + 1) for m in step.observation[F.ACTION_MASK]],
+        step = env.step(np.array([rng.choice(np.flatnonzero(m[1:]) + 1) for m in step.observation[ACTION_MASK]],
                                  np.int32))
     for summary in env.pop_summaries():
         moved = sorted(position[int(n)] for n in np.flatnonzero(summary["placement"] != start))
@@ -133,26 +134,26 @@ def test_oom_is_penalized():
 def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():
     from tf_agents.policies import py_tf_eager_policy
 
+    from tfplaceto.rl.acting import collect, specs
     from tfplaceto.rl.agent import PlacetoPolicy
-    from tfplaceto.rl.train import collect, specs
 
     problem = layered(seed=2, cpu_only=[0, 5, 9, 13])
     env = PlacementEnvironment(problem, batch_size=3, initial="random", seed=0)
     network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
     policy = py_tf_eager_policy.PyTFEagerPolicy(
-        PlacetoPolicy(*specs(env), network, as_tensors(F.pack(env.statics, env.dims)), seed=1),
+        PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims)), seed=1),
         use_tf_function=True, batch_time_steps=False)
     time_step = env.reset()
     for _ in range(2):
         experience, weights, time_step = collect(env, policy, time_step)
         assert experience.action.shape == (3, problem.num_nodes + 1)  # the last step is the boundary
         assert weights[:, :-1].all() and not weights[:, -1].any()
-        mask = experience.observation[F.ACTION_MASK][weights > 0]
+        mask = experience.observation[ACTION_MASK][weights > 0]
         assert mask[np.arange(len(mask)), experience.action[weights > 0]].all()
         for summary in env.pop_summaries():
             assert (summary["placement"][[0, 5, 9, 13]] == 2).all()
     step = env.reset()
-    while env.statics[0].steps[step.observation[F.STEP][0]] != 5:
+    while env.statics[0].steps[step.observation[STEP][0]] != 5:
         step = env.step(np.array([2, 2, 2], np.int32))
     with pytest.raises(ValueError, match="masked"):  # node 5 has no kernel on device 0
         env.step(np.array([0, 0, 0], np.int32))
@@ -205,13 +206,13 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
     import tensorflow as tf
     from tf_agents.trajectories import time_step as ts
 
+    from tfplaceto.rl.acting import specs
     from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy
-    from tfplaceto.rl.train import specs
 
     problem = layered(seed=7)
     env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3)
     network = PlacetoNetwork(hidden=8, rounds=2, seed=1, refresh_every=3)
-    statics = as_tensors(F.pack(env.statics, env.dims))
+    statics = as_tensors(pack(env.statics, env.dims))
     policy = PlacetoPolicy(*specs(env), network, statics, seed=0)
     agent = PlacetoAgent(*specs(env), network, statics, max_train_steps=None)
     step, state = env.reset(), policy.get_initial_state(2)
@@ -376,7 +377,7 @@ def test_tp_train_trains_on_sources_and_clusters_and_its_policy_places(tmp_path)
     result = tp.train([source], ["2xV100"], episodes=2, logdir=str(tmp_path / "run"), lanes=2, hidden=8,
                       rounds=2)
     op_graph = tp.import_graph(source)
-    problem_steps = F.graph_statics(tp.problem.make_problem(
+    problem_steps = graph_statics(tp.problem.make_problem(
         op_graph, tp.Cluster.preset("2xV100"), tp.profile(op_graph, "2xV100"))).num_steps
     assert result.episodes == 2 and result.decisions == 2 * problem_steps and result.wall_s > 0
     assert list(result.best_step_time_s) == [f"{source}@2xV100"]

@@ -44,10 +44,10 @@ def train(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, a
     `best_step_time_s` (per source and cluster). `config`: arguments of `tfplaceto.rl.train.train`.
     `actors > 0` collects in that many actor processes through a Reverb server on loopback;
     `reverb_address="HOST:PORT"` serves it on PORT for `tfplaceto actor` on other machines too
-    (`tfplaceto.rl.distributed`). `logdir/summary.json` holds `episodes`, `decisions`, `wall_s`,
+    (`tfplaceto.rl.learner`). `logdir/summary.json` holds `episodes`, `decisions`, `wall_s`,
     `learner_steps`, `episodes_per_actor` and `policy_dir`.
     """
-    from tfplaceto.rl.distributed import train_sources  # TF-Agents loads only when training
+    from tfplaceto.rl.learner import train_sources  # TF-Agents loads only when training
 
     return train_sources(sources, clusters, episodes, logdir, seed=seed, actors=actors, **config)
 

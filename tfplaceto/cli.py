@@ -338,8 +338,9 @@ def _cmd_train(args) -> int:
     import gin
 
     from tfplaceto import errors
-    from tfplaceto.rl import distributed
-    from tfplaceto.rl import train as _  # noqa: F401  (registers train() with gin before the config is parsed)
+    from tfplaceto.rl import (
+        learner,  # imports rl.train: registers train() with gin before the config is parsed
+    )
 
     if args.episodes < 1:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
@@ -357,8 +358,8 @@ def _cmd_train(args) -> int:
         sources = args.graph
     if args.actors < 0:
         raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
-    result = distributed.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
-                                    actors=args.actors, reverb_address=args.reverb_address)
+    result = learner.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
+                                   actors=args.actors, reverb_address=args.reverb_address)
     with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
         f.write(gin.operative_config_str())
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
@@ -368,15 +369,15 @@ def _cmd_train(args) -> int:
 
 def _cmd_actor(args) -> int:
     from tfplaceto import errors
-    from tfplaceto.rl import distributed
+    from tfplaceto.rl.actor_process import run_actor
+    from tfplaceto.rl.reverb_items import parse_address
 
-    distributed.parse_address(args.reverb_address)
+    parse_address(args.reverb_address)
     if args.batches is not None and args.batches < 1:
         raise errors.TfplacetoError(f"--batches must be at least 1, got {args.batches}")
     actor_id = 1000 + os.getpid() % 100000 if args.actor_id is None else args.actor_id
-    written = distributed.run_actor(args.reverb_address, actor_id, incarnation=args.incarnation,
-                                    parent_pid=args.parent_pid, batches=args.batches,
-                                    connect_timeout_s=args.connect_timeout_s, exit_when_gone=True)
+    written = run_actor(args.reverb_address, actor_id, incarnation=args.incarnation, parent_pid=args.parent_pid,
+                        batches=args.batches, connect_timeout_s=args.connect_timeout_s, exit_when_gone=True)
     print(f"actor {actor_id}: wrote {written} batches")
     return 0
 

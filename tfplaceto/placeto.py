@@ -26,7 +26,8 @@ import numpy as np
 from tfplaceto import errors, search
 from tfplaceto.policy.checkpoint import resolve_policy
 from tfplaceto.problem import Problem
-from tfplaceto.rl.train import Actor, greedy_placements, train
+from tfplaceto.rl.acting import Actor, greedy_placements
+from tfplaceto.rl.train import train
 
 STARTS = ("random", "single", "baseline")
 POLICY_PERTURBATIONS = 2  # policy episodes per search round
@@ -45,7 +46,7 @@ def policy_placement(problem: Problem, policy=None, start: str = "random", seed:
 
 
 def policy_perturbation(actor, window: int = search.WINDOW) -> search.Perturbation:
-    """A Perturbation: sampled policy episodes (of a `tfplaceto.rl.train.Actor`) re-placing a
+    """A Perturbation: sampled policy episodes (of a `tfplaceto.rl.acting.Actor`) re-placing a
     window of `window` consecutive classes of the given placement, in lockstep."""
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:

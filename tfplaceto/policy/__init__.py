@@ -1,7 +1,9 @@
 """The Placeto policy: what it sees, how it scores devices, and the shipped weights.
 
-- `features.py`: per-graph static arrays, per-step node / edge / (node, device) features, the padded
-  observation and its spec, graph_nets GraphsTuple views. Pure functions over arrays.
+- `observation.py`: what the policy sees, in numpy: per-graph static arrays (`GraphStatics`), their
+  padded stack (`pack`), the per-step observation, its fields and its spec. Pure functions over arrays.
+- `features.py`: the TensorFlow side: node / edge / (class, device) features of a batch of
+  observations, computed from the packed statics.
 - `network.py`: the Sonnet/graph_nets network: encoders, message passing along and against the DAG,
   ancestor / descendant / parallel pooling, a per-device scorer; one set of weights for any device
   count.

@@ -29,6 +29,7 @@ from graph_nets import graphs
 
 from tfplaceto import errors
 from tfplaceto.policy import features as F
+from tfplaceto.policy.observation import ACTION_MASK, Dims, empty_observations, pack
 
 MASKED_LOGIT = -1e9
 
@@ -234,9 +235,9 @@ class PlacetoNetwork(snt.Module):
         nothing when they exist."""
         if self._built:
             return
-        dims = F.Dims(nodes=2, edges=1, devices=2, steps=1)
-        statics = {k: tf.zeros((1,) + v.shape[1:], v.dtype) for k, v in F.pack([], dims).items()}
-        observation = {k: tf.constant(v) for k, v in F.empty_observations(dims, 1).items()}
-        observation[F.ACTION_MASK] = tf.ones_like(observation[F.ACTION_MASK])
+        dims = Dims(nodes=2, edges=1, devices=2, steps=1)
+        statics = {k: tf.zeros((1,) + v.shape[1:], v.dtype) for k, v in pack([], dims).items()}
+        observation = {k: tf.constant(v) for k, v in empty_observations(dims, 1).items()}
+        observation[ACTION_MASK] = tf.ones_like(observation[ACTION_MASK])
         self(statics, observation)
 

@@ -4,7 +4,7 @@
   masked logits; `_action` samples it by Gumbel-max with the policy's own `tf.random.Generator`
   (seeded, checkpointed: a resumed run draws the same actions), inside the compiled step.
   `GreedyPolicy(PlacetoPolicy)` (TF-Agents) is the deterministic policy the placer uses. The policy
-  holds the packed statics of the problems it acts on (`features.pack`): observations carry only
+  holds the packed statics of the problems it acts on (`observation.pack`): observations carry only
   what changes during an episode.
 - `PlacetoAgent(TFAgent)`: `_loss` is REINFORCE with a per-step-index baseline and an entropy
   bonus; `_train` applies Adam on the clipped (global norm) gradient. The train step is a
@@ -38,7 +38,7 @@ PlacetoLossInfo = collections.namedtuple(
 
 
 def as_tensors(packed: dict) -> dict:
-    """Packed numpy statics (`features.pack`) as constant tensors."""
+    """Packed numpy statics (`observation.pack`) as constant tensors."""
     return {key: tf.constant(value) for key, value in packed.items()}
 
 

@@ -4,7 +4,7 @@ An episode improves one placement of one graph, one colocation class (node) at a
 - reset: pick a problem, an initial placement (`initial`: "random" (uniform over the allowed
   accelerators, seeded), "single", "baseline" (the best fast baseline), an int array, a callable
   (problem, rng) -> array, or a tuple of these sampled per episode) and simulate it: T_0, C_0.
-- each step: the observation (`tfplaceto.policy.features`) says which class is being placed and
+- each step: the observation (`tfplaceto.policy.observation`) says which class is being placed and
   what the current placement and its simulated schedule look like; the action is that class's
   device (its colocation tie moves with it); the simulator re-evaluates and the reward is
   r_t = (C_{t-1} - C_t) / C_0, the intermediate improvement.
@@ -27,8 +27,8 @@ step resets that lane (its action is ignored) and returns FIRST, so drivers and
 `validate_py_environment` run it unchanged.
 
 The environment meets the simulator only through `Problem.simulator()` and the policy only
-through the observation arrays of `features.py`; the static arrays of its problems are
-`statics` (pack them with `features.pack` for the network).
+through the observation arrays of `tfplaceto.policy.observation`; the static arrays of its problems are
+`statics` (pack them with `observation.pack` for the network).
 """
 
 from __future__ import annotations
@@ -40,7 +40,15 @@ from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
-from tfplaceto.policy import features as F
+from tfplaceto.policy.observation import (
+    Dims,
+    GraphStatics,
+    dims_for,
+    empty_observations,
+    fill_observation,
+    graph_statics,
+    observation_spec,
+)
 from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
 
 Initial = str | np.ndarray | Callable[[Problem, np.random.Generator], np.ndarray]
@@ -87,7 +95,7 @@ class _Lane:
     """One episode's state."""
 
     problem: int
-    statics: F.GraphStatics
+    statics: GraphStatics
     placement: np.ndarray
     visited: np.ndarray
     order: np.ndarray
@@ -121,7 +129,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
-                 oom_penalty: float = 1.0, same_problem: bool = True, dims: F.Dims | None = None,
+                 oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
                  window: int | None = None, shared_start: bool = False):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
@@ -131,8 +139,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             raise ValueError(f"order must be 'topological' or 'random', got {order!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self._statics = [F.graph_statics(p) for p in self._problems]
-        self._dims = dims or F.dims_for(self._statics)
+        self._statics = [graph_statics(p) for p in self._problems]
+        self._dims = dims or dims_for(self._statics)
         self._initial = initial if isinstance(initial, tuple) else (initial,)
         self._order_kind = order
         self._rng = np.random.default_rng(seed)
@@ -144,7 +152,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         self._window = window
         self._shared_start = shared_start and same_problem
         self._cache: dict = {}
-        self._observation_spec = F.observation_spec(self._dims)
+        self._observation_spec = observation_spec(self._dims)
         self._action_spec = array_spec.BoundedArraySpec((), np.int32, 0, self._dims.devices - 1,
                                                         name="device")
         self._best = [Best() for _ in self._problems]
@@ -167,7 +175,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return self._batch
 
     @property
-    def dims(self) -> F.Dims:
+    def dims(self) -> Dims:
         return self._dims
 
     @property
@@ -175,7 +183,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return self._problems
 
     @property
-    def statics(self) -> list[F.GraphStatics]:
+    def statics(self) -> list[GraphStatics]:
         return self._statics
 
     def placements(self) -> list[np.ndarray]:
@@ -230,12 +238,12 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return initial_placement(self._problems[index], choice, self._rng, self._cache)
 
     def _observe(self, step_type: np.ndarray, reward: np.ndarray) -> ts.TimeStep:
-        obs = F.empty_observations(self._dims, self._batch)
+        obs = empty_observations(self._dims, self._batch)
         for row, lane in enumerate(self._lanes):
             step = lane.order[min(lane.t, len(lane.order) - 1)]
             busy = np.bincount(lane.placement, weights=lane.end - lane.start,
                                minlength=lane.statics.num_devices)
-            F.fill_observation(obs, row, lane.statics, lane.problem, step, lane.placement,
+            fill_observation(obs, row, lane.statics, lane.problem, step, lane.placement,
                                lane.visited, lane.start, lane.end, busy, lane.peak, lane.step_time)
         discount = (step_type != ts.StepType.LAST).astype(np.float32)
         return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)

@@ -1,44 +1,32 @@
-"""Training the Placeto policy: lockstep collection, REINFORCE updates, summaries, resumable runs.
+"""Training the Placeto policy: the loop, REINFORCE updates, summaries, resumable runs.
 
-  collect(env, policy, num_steps)   one batch of lockstep episodes through TF-Agents' `PyDriver`
-                       with the agent's collect policy (`PyTFEagerPolicy`, compiled); returns the
-                       Trajectory [B, T] and its weights (0 on the boundary step).
-  Actor                runs a network's policy on one problem (greedy or sampled episodes, one
-                       compiled function for every call): what the placer and benchmarks use.
-  greedy_placements(problem, network, start, starts, seed)  the policy alone: the end placements
-                       of greedy episodes (in lockstep); what `placeto_policy` returns and what
-                       the learning benchmarks measure.
   train(problems, episodes, logdir, seed, ...)   the loop (gin-configurable): one batch of
                        `lanes` episodes of one problem per update (problems sampled per batch),
                        entropy bonus decayed linearly, TensorBoard summaries, a tqdm bar, a
-                       checkpoint every few updates in `logdir`; run it again with the same
-                       arguments and it resumes exactly from the last checkpoint.
+                       checkpoint every few updates in `logdir` (`tfplaceto.rl.logdir`: what it
+                       holds); run it again with the same arguments and it resumes exactly from
+                       the last checkpoint. Returns a `TrainResult`.
+  Batch, Embedded      what a collector hands the loop; the embedded engine (below).
+  _Selection           model selection: the best policy alone evaluated during training.
   problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
+Running a policy (`collect`, `Actor`, `greedy_placements`) is `tfplaceto.rl.acting`;
 `tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
-`tfplaceto.rl.distributed.train_sources`.
+`tfplaceto.rl.learner.train_sources`.
 
 Where batches come from is a hook: `train(..., collector=factory)` calls
 `factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
 takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
-this process; `tfplaceto.rl.distributed.Launcher` for Reverb actors). A collector has
+this process; `tfplaceto.rl.learner.Launcher` for Reverb actors). A collector has
 `batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's updates: publish the
 weights, write its own summaries) and `episodes_per_actor() -> dict`.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
-What a logdir holds: `ckpt/` (network, optimizer, entropy coefficient, sampling generator, step
-counter), `state.json` (episodes, decisions, wall time, the environment's generator state, the
-best placement of every problem, the problems' fingerprints, the history; written atomically
-after each checkpoint), `policy/` (the exported network, `tfplaceto.policy.checkpoint`),
-`summary.json` and TensorBoard event files. `policy/` holds the Sonnet checkpoint and, beside
-it, `saved_policy/`: the greedy policy as a TF-Agents `PolicySaver` SavedModel (acts on the
-training problems' observations).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,94 +34,25 @@ from collections.abc import Callable, Sequence
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.drivers import py_driver
 from tf_agents.policies import policy_saver, py_tf_eager_policy
-from tf_agents.specs import tensor_spec
 
-from tfplaceto.outputs import atomic_write
-from tfplaceto.policy import features as F
+from tfplaceto.policy import observation
 from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
-from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy, as_tensors
+from tfplaceto.rl.acting import Actor, collect, specs
+from tfplaceto.rl.agent import PlacetoAgent, as_tensors
 from tfplaceto.rl.environment import Best, PlacementEnvironment
+from tfplaceto.rl.logdir import (
+    best_from_json,
+    best_to_json,
+    open_logdir,
+    problem_fingerprints,
+    write_json,
+)
 
 
-# -- acting ---------------------------------------------------------------------------------------
-def specs(env: PlacementEnvironment):
-    """(time step spec, action spec) of `env` as TensorSpecs."""
-    return tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec())
-
-
-def collect(env: PlacementEnvironment, policy, time_step):
-    """Runs every lane of `env` to the end of its episode with `policy` (a PyPolicy).
-
-    `time_step` must be FIRST for every lane (as `env.reset()` or the previous collect returns).
-    Returns (Trajectory [B, T] as numpy, weights [B, T], the next time step (FIRST)).
-    """
-    steps: list = []
-    driver = py_driver.PyDriver(env, policy, [steps.append], max_episodes=env.batch_size)
-    time_step, _ = driver.run(time_step, policy.get_initial_state(env.batch_size))
-    experience = tf.nest.map_structure(lambda *xs: np.stack(xs, axis=1), *steps)
-    weights = (~experience.is_boundary()).astype(np.float32)
-    return experience, weights, time_step
-
-
-class Actor:
-    """Runs a network's policy on one problem: greedy or sampled episodes from given starts.
-
-    One compiled function (batch size free, greedy or sampled chosen by an argument) serves
-    every call, so a placer that runs the policy many times traces it once. Sampling uses the
-    policy's own seeded generator (`PlacetoPolicy`).
-    """
-
-    def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
-        self._problem = problem
-        self._seed = seed
-        probe = PlacementEnvironment(problem)
-        self._dims = probe.dims
-        policy = PlacetoPolicy(*specs(probe), network, as_tensors(F.pack(probe.statics, probe.dims)), seed=seed)
-        batched = lambda spec: tf.TensorSpec((None,) + tuple(spec.shape), spec.dtype)  # noqa: E731
-        signature = [tf.nest.map_structure(batched, policy.time_step_spec),
-                     tf.nest.map_structure(batched, policy.policy_state_spec), tf.TensorSpec((), tf.bool)]
-
-        @tf.function(input_signature=signature, autograph=False)
-        def act(time_step, state, greedy):
-            logits, state = policy.logits(time_step, state)
-            uniform = policy.generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
-            noise = tf.where(greedy, tf.zeros_like(uniform), -tf.math.log(-tf.math.log(uniform)))
-            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
-
-        self._policy = policy
-        self._act = act
-
-    def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
-                 seed: int | None = None) -> list[np.ndarray]:
-        """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
-        `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
-        starts and windows (default: the actor's)."""
-        seed = self._seed if seed is None else seed
-        env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
-                                   window=window, dims=self._dims)
-        step = env.reset()
-        state = self._policy.get_initial_state(count)
-        greedy = tf.constant(greedy)
-        while not step.is_last().all():
-            action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
-            step = env.step(action.numpy())
-        return [summary["placement"] for summary in env.pop_summaries()]
-
-
-def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,
-                      seed: int = 0) -> list[np.ndarray]:
-    """The policy alone: the end placements of `starts` greedy episodes (in lockstep) from
-    `start` ("random": random placements drawn with `seed`; "single"; "baseline"; an array).
-
-    No search and no climbing: a policy that changes nothing returns its start.
-    """
-    return Actor(problem, network, seed).episodes(start, starts, greedy=True, seed=seed)
-
-
+# -- model selection ------------------------------------------------------------------------------
 class _Selection:
     """Keeps the best policy alone seen in training: model selection on the training problems.
 
@@ -243,64 +162,6 @@ class TrainResult:
         return {label: b.step_time_s for label, b in zip(labels, self.best)}
 
 
-def _fingerprints(problems: Sequence[Problem]) -> list[str]:
-    return [f"{p.graph.fingerprint()}@{p.cluster.fingerprint()}" for p in problems]
-
-
-def _write_json(path: str, payload: dict) -> None:
-    atomic_write(path, json.dumps(payload).encode())
-
-
-def _best_to_json(best: Best) -> dict:
-    return {"step_time_s": best.step_time_s if np.isfinite(best.step_time_s) else None,
-            "oom": best.oom, "placement": None if best.placement is None else best.placement.tolist()}
-
-
-def _best_from_json(payload: dict) -> Best:
-    if payload["placement"] is None:
-        return Best()
-    return Best(payload["step_time_s"], payload["oom"], np.asarray(payload["placement"], np.int32))
-
-
-def _open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: PlacetoNetwork):
-    """(CheckpointManager, the saved state or None): restores the last checkpoint of a run.
-
-    CheckpointError for a logdir that cannot be written, a run on other problems or another
-    network, or a corrupted checkpoint or state (a state.json without its checkpoint included).
-    """
-    from tfplaceto import errors
-
-    try:
-        os.makedirs(logdir, exist_ok=True)
-        if not os.access(logdir, os.W_OK):
-            raise PermissionError(f"{logdir} is not writable")
-    except OSError as e:
-        raise errors.CheckpointError(f"cannot use {logdir} as a training logdir: {errors.first_line(e)}") from None
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(logdir, "ckpt"), max_to_keep=2)
-    state_path = os.path.join(logdir, "state.json")
-    if not os.path.exists(state_path):
-        return manager, None
-    try:
-        with open(state_path) as f:
-            state = json.load(f)
-        missing = [key for key in ("fingerprints", "network", "checkpoint", "episodes", "decisions", "wall_s",
-                                   "env", "best") if key not in state]
-        if missing:
-            raise KeyError(f"no {missing[0]!r}")
-        fingerprints, config, name = state["fingerprints"], state["network"], state["checkpoint"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise errors.CheckpointError(f"{state_path} is corrupted ({errors.first_line(e)}); remove the logdir "
-                                     "to start again") from None
-    if fingerprints != _fingerprints(problems) or config != network.config:
-        raise errors.CheckpointError(f"{logdir} holds a run on other graphs, clusters or another network; "
-                                     "use a new logdir (or the same ones to resume)")
-    try:
-        checkpoint.restore(os.path.join(logdir, "ckpt", name)).assert_consumed()
-    except (tf.errors.OpError, ValueError, AssertionError) as e:
-        raise errors.CheckpointError(f"the checkpoint in {logdir} cannot be restored ({errors.first_line(e)}); "
-                                     "remove the logdir to start again") from None
-    return manager, state
-
 
 @gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
@@ -348,7 +209,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     problems = [problems] if isinstance(problems, Problem) else list(problems)
     env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                oom_penalty=oom_penalty, shared_start=shared_start)
-    packed = as_tensors(F.pack(env.statics, env.dims))
+    packed = as_tensors(observation.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every)
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
@@ -364,11 +225,11 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     manager = writer = state = saver = None
     if logdir:
         checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
-        manager, state = _open_logdir(logdir, checkpoint, problems, network)
+        manager, state = open_logdir(logdir, checkpoint, problems, network)
         if state is not None:
             done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
             env.set_state(state["env"])
-            best = [_best_from_json(b) for b in state["best"]]
+            best = [best_from_json(b) for b in state["best"]]
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
         saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
@@ -390,12 +251,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             save_policy(network, os.path.join(logdir, "policy"),
                         notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
                         saver=saver)
-        _write_json(os.path.join(logdir, "state.json"), {
+        write_json(os.path.join(logdir, "state.json"), {
             "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
-            "wall_s": wall, "fingerprints": _fingerprints(problems), "network": network.config,
-            "env": env.get_state(), "best": [_best_to_json(b) for b in best], "history": history,
+            "wall_s": wall, "fingerprints": problem_fingerprints(problems), "network": network.config,
+            "env": env.get_state(), "best": [best_to_json(b) for b in best], "history": history,
             "selection": None if selection is None else selection.to_json()})
-        _write_json(os.path.join(logdir, "summary.json"), {
+        write_json(os.path.join(logdir, "summary.json"), {
             "episodes": done, "decisions": decisions, "wall_s": wall,
             "learner_steps": int(agent.train_step_counter.numpy()),
             "episodes_per_actor": source.episodes_per_actor() or {"0": done},

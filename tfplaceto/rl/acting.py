@@ -1,0 +1,103 @@
+"""Running a policy: lockstep episodes of a network's policy on problems, for training and placing.
+
+  specs(env)           (time step spec, action spec) of an environment as TensorSpecs.
+  collect(env, policy, time_step)   one batch of lockstep episodes through TF-Agents' `PyDriver`
+                       with a PyPolicy (the agent's collect policy, compiled); returns the
+                       Trajectory [B, T] and its weights (0 on the boundary step). What the
+                       training loop (`train.Embedded`) and the Reverb actors (`tfplaceto.rl.actor_process`)
+                       collect with.
+  Actor                runs a network's policy on one problem (greedy or sampled episodes, one
+                       compiled function for every call): what the placer, the training loop's
+                       model selection and the benchmarks use.
+  greedy_placements(problem, network, start, starts, seed)  the policy alone: the end placements
+                       of greedy episodes (in lockstep); what `placeto_policy` returns and what
+                       the learning benchmarks measure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.drivers import py_driver
+from tf_agents.specs import tensor_spec
+
+from tfplaceto.policy import observation
+from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.problem import Problem
+from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+from tfplaceto.rl.environment import PlacementEnvironment
+
+
+def specs(env: PlacementEnvironment):
+    """(time step spec, action spec) of `env` as TensorSpecs."""
+    return tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec())
+
+
+def collect(env: PlacementEnvironment, policy, time_step):
+    """Runs every lane of `env` to the end of its episode with `policy` (a PyPolicy).
+
+    `time_step` must be FIRST for every lane (as `env.reset()` or the previous collect returns).
+    Returns (Trajectory [B, T] as numpy, weights [B, T], the next time step (FIRST)).
+    """
+    steps: list = []
+    driver = py_driver.PyDriver(env, policy, [steps.append], max_episodes=env.batch_size)
+    time_step, _ = driver.run(time_step, policy.get_initial_state(env.batch_size))
+    experience = tf.nest.map_structure(lambda *xs: np.stack(xs, axis=1), *steps)
+    weights = (~experience.is_boundary()).astype(np.float32)
+    return experience, weights, time_step
+
+
+class Actor:
+    """Runs a network's policy on one problem: greedy or sampled episodes from given starts.
+
+    One compiled function (batch size free, greedy or sampled chosen by an argument) serves
+    every call, so a placer that runs the policy many times traces it once. Sampling uses the
+    policy's own seeded generator (`PlacetoPolicy`).
+    """
+
+    def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
+        self._problem = problem
+        self._seed = seed
+        probe = PlacementEnvironment(problem)
+        self._dims = probe.dims
+        statics = as_tensors(observation.pack(probe.statics, probe.dims))
+        policy = PlacetoPolicy(*specs(probe), network, statics, seed=seed)
+        batched = lambda spec: tf.TensorSpec((None,) + tuple(spec.shape), spec.dtype)  # noqa: E731
+        signature = [tf.nest.map_structure(batched, policy.time_step_spec),
+                     tf.nest.map_structure(batched, policy.policy_state_spec), tf.TensorSpec((), tf.bool)]
+
+        @tf.function(input_signature=signature, autograph=False)
+        def act(time_step, state, greedy):
+            logits, state = policy.logits(time_step, state)
+            uniform = policy.generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
+            noise = tf.where(greedy, tf.zeros_like(uniform), -tf.math.log(-tf.math.log(uniform)))
+            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
+
+        self._policy = policy
+        self._act = act
+
+    def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
+                 seed: int | None = None) -> list[np.ndarray]:
+        """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
+        `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
+        starts and windows (default: the actor's)."""
+        seed = self._seed if seed is None else seed
+        env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
+                                   window=window, dims=self._dims)
+        step = env.reset()
+        state = self._policy.get_initial_state(count)
+        greedy = tf.constant(greedy)
+        while not step.is_last().all():
+            action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
+            step = env.step(action.numpy())
+        return [summary["placement"] for summary in env.pop_summaries()]
+
+
+def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,
+                      seed: int = 0) -> list[np.ndarray]:
+    """The policy alone: the end placements of `starts` greedy episodes (in lockstep) from
+    `start` ("random": random placements drawn with `seed`; "single"; "baseline"; an array).
+
+    No search and no climbing: a policy that changes nothing returns its start.
+    """
+    return Actor(problem, network, seed).episodes(start, starts, greedy=True, seed=seed)
