@@ -55,11 +55,11 @@ def inputs_rule(statics, forced: dict[int, int] | None = None) -> np.ndarray:
 def run_graph(name: str, cluster: str, max_deviations: int, seed: int) -> dict:
     from tfplaceto import search
     from tfplaceto.baselines import run
-    from tfplaceto.policy import features as F
+    from tfplaceto.policy import observation
 
     problem = problem_of(name, cluster)
     simulator = problem.simulator()
-    statics = F.graph_statics(problem)
+    statics = observation.graph_statics(problem)
 
     def step_time(placement) -> float:
         return float(simulator.run(placement)[0])
