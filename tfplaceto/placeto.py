@@ -26,6 +26,7 @@ import numpy as np
 from tfplaceto import errors, search
 from tfplaceto.policy.checkpoint import resolve_policy
 from tfplaceto.problem import Problem
+from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import Actor, greedy_placements
 from tfplaceto.rl.train import train
 
@@ -81,8 +82,6 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         starts += actor.episodes(start, 1, greedy=True, seed=seed)
     perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
-    from tfplaceto.progress import tqdm
-
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
     with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,
               leave=False, dynamic_ncols=True) as bar:

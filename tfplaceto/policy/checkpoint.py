@@ -20,6 +20,7 @@ import os
 from tfplaceto import errors
 from tfplaceto.outputs import atomic_directory
 from tfplaceto.policy import features as F
+from tfplaceto.policy.network import PlacetoNetwork
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 _CONFIG = "policy.json"
@@ -75,8 +76,6 @@ def load_policy(directory: str | None = None):
     """
     import tensorflow as tf
 
-    from tfplaceto.policy.network import PlacetoNetwork
-
     directory = directory or PRETRAINED_DIR
     path = os.path.join(directory, _CONFIG)
     if not os.path.exists(path):
@@ -105,8 +104,6 @@ def load_policy(directory: str | None = None):
 def resolve_policy(policy=None, seed: int = 0):
     """The network `policy=` names: "shipped" (or None), "untrained" (fresh weights, seeded, in
     the shipped configuration: the control), a directory, or a PlacetoNetwork (returned as is)."""
-    from tfplaceto.policy.network import PlacetoNetwork
-
     if isinstance(policy, PlacetoNetwork):
         return policy
     if policy in (None, "shipped"):
@@ -120,8 +117,6 @@ def resolve_policy(policy=None, seed: int = 0):
 
 def untrained_network(seed: int = 0):
     """Fresh weights (seeded) in the shipped policy's configuration (the defaults without one)."""
-    from tfplaceto.policy.network import PlacetoNetwork
-
     try:
         config = _read_config(PRETRAINED_DIR)["network"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -40,6 +40,7 @@ from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
+from tfplaceto import baselines
 from tfplaceto.policy.observation import (
     Dims,
     GraphStatics,
@@ -67,8 +68,6 @@ def placement_cost(step_time_s: float, peak_bytes: np.ndarray, memory_bytes: np.
 def initial_placement(problem: Problem, choice: Initial, rng: np.random.Generator,
                       cache: dict | None = None) -> np.ndarray:
     """One initial placement of `problem` (see the module docstring), tied to its classes."""
-    from tfplaceto import baselines
-
     if isinstance(choice, np.ndarray):
         placement = choice
     elif callable(choice):

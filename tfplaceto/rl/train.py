@@ -36,10 +36,15 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.policies import policy_saver, py_tf_eager_policy
 
+from tfplaceto.cluster import as_cluster
+from tfplaceto.costs import profile
+from tfplaceto.graph import OpGraph, import_graph
+from tfplaceto.graph.implementations import target_device_type
 from tfplaceto.policy import observation
 from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
-from tfplaceto.problem import Problem
+from tfplaceto.problem import Problem, make_problem
+from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import Actor, collect, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
 from tfplaceto.rl.environment import Best, PlacementEnvironment
@@ -282,8 +287,6 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     bar = None
     if progress:
-        from tfplaceto.progress import tqdm
-
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
     updates_since_save = batches_since_select = 0
     while done < episodes:
@@ -348,12 +351,6 @@ def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], 
     """(Problems, labels "source@cluster") of every source on every cluster: sources are anything
     `import_graph` takes, or OpGraphs; clusters are presets or Clusters. A source is imported once
     per device type its calls would run on (a Keras LSTM is cuDNN's on GPUs, a loop on CPUs)."""
-    from tfplaceto.cluster import as_cluster
-    from tfplaceto.costs import profile
-    from tfplaceto.graph import OpGraph, import_graph
-    from tfplaceto.graph.implementations import target_device_type
-    from tfplaceto.problem import make_problem
-
     problems, labels = [], []
     for source in sources:
         imported: dict[str, OpGraph] = {}
