@@ -16,8 +16,14 @@ than local_search and than every fast baseline.
 
 The variants are built through the public search API (`tfplaceto.search`, `tfplaceto.placeto`).
 
+With `--held-out 100,101`, rows of those held-out members of the built-in families
+(`--held-out-families`, default cifar10-cells,ptb-cells,nmt-variants; never trained on by the
+shipped policy, which saw members 0-2) on `--held-out-clusters` (default 4xV100) follow, imported
+as training and `benchmarks/generalization.py` import them (`rl.train.problems_for`). The summary
+is given over the bench rows, the held-out rows and all rows.
+
 Run: .venv/bin/python benchmarks/ablation.py [--graphs inception_v3,nmt_4l,nasnet]
-     [--clusters 2xK80,4xK80,4xV100,8xV100] [--out ablation.json]
+     [--clusters 2xK80,4xK80,4xV100,8xV100] [--held-out 100,101] [--out ablation.json]
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graphs", default="inception_v3,nmt_4l,nasnet")
     parser.add_argument("--clusters", default="2xK80,4xK80,4xV100,8xV100")
+    parser.add_argument("--held-out", default="", help="family members to add, e.g. 100,101 (default: none)")
+    parser.add_argument("--held-out-families", default="cifar10-cells,ptb-cells,nmt-variants")
+    parser.add_argument("--held-out-clusters", default="4xV100")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="ablation.json")
     args = parser.parse_args(argv)
@@ -78,33 +87,52 @@ def main(argv=None) -> None:
     from tfplaceto.costs import profile
     from tfplaceto.graph import import_graph
     from tfplaceto.problem import make_problem
+    from tfplaceto.rl.train import problems_for
+
+    def problems():
+        """(graph, cluster, Problem, group) of every row, built as they are needed."""
+        for graph in filter(None, args.graphs.split(",")):
+            op_graph = import_graph(f"builtin:{graph}")
+            for cluster_name in args.clusters.split(","):
+                cluster = as_cluster(cluster_name)
+                yield graph, cluster_name, make_problem(op_graph, cluster, profile(op_graph, cluster)), "bench"
+        clusters = args.held_out_clusters.split(",")
+        for family in filter(None, args.held_out_families.split(",") if args.held_out else []):
+            for member in args.held_out.split(","):
+                graph = f"{family}/{member}"
+                for cluster_name, problem in zip(clusters, problems_for([f"builtin:{graph}"], clusters)[0]):
+                    yield graph, cluster_name, problem, "held-out"
 
     rows = []
-    print(f"{'graph':14} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
+    print(f"{'graph':17} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
           + "   (simulated ms; wall s in brackets)")
-    for graph in args.graphs.split(","):
-        op_graph = import_graph(f"builtin:{graph}")
-        for cluster_name in args.clusters.split(","):
-            cluster = as_cluster(cluster_name)
-            problem = make_problem(op_graph, cluster, profile(op_graph, cluster))
-            simulator = problem.simulator()
-            times = baseline_times(problem)
-            row = {"graph": graph, "cluster": cluster_name, "baselines": times, "variants": {}}
-            cells = []
-            for variant in VARIANTS:
-                start = time.perf_counter()
-                device_of = run_variant(variant, problem, args.seed)
-                wall = time.perf_counter() - start
-                step, _, oom = simulator.run(device_of)
-                row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
-                cells.append(f"{step * 1e3:8.2f}{'!' if oom else ' '}({wall:3.0f})")
-            best_fast = min(t for t, oom in times.values() if not oom)
-            rows.append(row)
-            print(f"{graph:14} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>14}" for c in cells),
-                  flush=True)
-            with open(args.out, "w") as f:
-                json.dump({"rows": rows, "summary": summarize(rows)}, f, indent=1)
-    print(json.dumps(summarize(rows), indent=1))
+    for graph, cluster_name, problem, group in problems():
+        simulator = problem.simulator()
+        times = baseline_times(problem)
+        row = {"graph": graph, "cluster": cluster_name, "group": group, "baselines": times, "variants": {}}
+        cells = []
+        for variant in VARIANTS:
+            start = time.perf_counter()
+            device_of = run_variant(variant, problem, args.seed)
+            wall = time.perf_counter() - start
+            step, _, oom = simulator.run(device_of)
+            row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
+            cells.append(f"{step * 1e3:8.2f}{'!' if oom else ' '}({wall:3.0f})")
+        best_fast = min(t for t, oom in times.values() if not oom)
+        rows.append(row)
+        print(f"{graph:17} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>14}" for c in cells),
+              flush=True)
+        with open(args.out, "w") as f:
+            json.dump({"rows": rows, "summary": summarize(rows), "groups": groups(rows)}, f, indent=1)
+    print(json.dumps({"all rows": summarize(rows), **groups(rows)}, indent=1))
+
+
+def groups(rows: list[dict]) -> dict:
+    """`summarize` of the bench rows and of the held-out rows, when there are both."""
+    names = ("bench", "held-out")
+    if not all(any(row["group"] == name for row in rows) for name in names):
+        return {}
+    return {name: summarize([row for row in rows if row["group"] == name]) for name in names}
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -10,6 +10,10 @@ against the best fast baseline. Prints every row and the averages the targets ar
 
     python benchmarks/generalization.py --held-out 100-109 --clusters 2xK80 4xV100 8xV100 \\
         --per-graph-episodes 256 --out docs/generalization.json
+
+`--merge A.json B.json ... --out C.json` measures nothing: it joins the rows of earlier runs
+(ordered by family, member and cluster; a later file's row replaces an earlier one's), writes them
+and prints the table and the averages over all of them.
 """
 
 from __future__ import annotations
@@ -66,14 +70,24 @@ def main(argv=None) -> None:
     parser.add_argument("--per-graph-episodes", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
     args = parser.parse_args(argv)
+    if args.merge:
+        rows = merge(args.merge, args.families)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=1)
+        print(header(args.starts))
+        for r in rows:
+            print(line(r))
+        print(averages(rows))
+        return
     from tfplaceto.policy.checkpoint import resolve_policy
     from tfplaceto.rl.train import problems_for
 
     policy = resolve_policy(args.policy)
     rows = []
-    print(f"{'graph':<20} {'cluster':<7} {'best base':>10} {'zero-shot':>10} {'per-graph':>10} "
-          f"{'untrained':>10} {'random':>10}   (ms; policy alone, mean of {args.starts} random starts)")
+    print(header(args.starts))
     for family in args.families:
         for member in members(args.held_out):
             name = f"{family}/{member}"
@@ -81,20 +95,53 @@ def main(argv=None) -> None:
             for cluster, problem in zip(args.clusters, problems):
                 r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes)
                 rows.append(r)
-                per_graph = f"{r['per_graph_s'] * 1e3:10.3f}" if "per_graph_s" in r else f"{'-':>10}"
-                print(f"{r['graph']:<20} {cluster:<7} {r['best_baseline_s'] * 1e3:10.3f} {r['zero_shot_s'] * 1e3:10.3f} "
-                      f"{per_graph} {r['untrained_s'] * 1e3:10.3f} {r['random_actions_s'] * 1e3:10.3f}", flush=True)
+                print(line(r), flush=True)
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
+    print(averages(rows))
+
+
+def header(starts: int) -> str:
+    return (f"{'graph':<20} {'cluster':<7} {'best base':>10} {'zero-shot':>10} {'per-graph':>10} "
+            f"{'untrained':>10} {'random':>10}   (ms; policy alone, mean of {starts} random starts)")
+
+
+def line(r: dict) -> str:
+    per_graph = f"{r['per_graph_s'] * 1e3:10.3f}" if "per_graph_s" in r else f"{'-':>10}"
+    return (f"{r['graph']:<20} {r['cluster']:<7} {r['best_baseline_s'] * 1e3:10.3f} {r['zero_shot_s'] * 1e3:10.3f} "
+            f"{per_graph} {r['untrained_s'] * 1e3:10.3f} {r['random_actions_s'] * 1e3:10.3f}")
+
+
+def averages(rows: list[dict]) -> str:
+    """The averages the targets are stated in (per-graph over the rows that have it)."""
     over_best = [r["zero_shot_s"] / r["best_baseline_s"] for r in rows]
     over_untrained = [r["zero_shot_s"] / r["untrained_s"] for r in rows]
-    line = (f"zero-shot / best fast baseline: mean {np.mean(over_best):.3f}; zero-shot / untrained: mean "
-            f"{np.mean(over_untrained):.3f} (untrained / zero-shot {np.mean([1 / x for x in over_untrained]):.2f}x)")
-    if all("per_graph_s" in r for r in rows):
-        over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in rows]
-        line += f"; zero-shot / per-graph: mean {np.mean(over_per_graph):.3f}, worst {max(over_per_graph):.3f}"
-    print(line)
+    text = (f"{len(rows)} rows; zero-shot / best fast baseline: mean {np.mean(over_best):.3f}; zero-shot / untrained: "
+            f"mean {np.mean(over_untrained):.3f} (untrained / zero-shot {np.mean([1 / x for x in over_untrained]):.2f}x)")
+    per_graph = [r for r in rows if "per_graph_s" in r]
+    if per_graph:
+        over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in per_graph]
+        text += (f"; zero-shot / per-graph ({len(per_graph)} rows): mean {np.mean(over_per_graph):.3f}, "
+                 f"worst {max(over_per_graph):.3f}")
+    return text
+
+
+def merge(paths: list[str], families: list[str]) -> list[dict]:
+    """The rows of the JSON files `paths`, one per (graph, cluster) (the last file's), in order."""
+    by_key = {}
+    for path in paths:
+        with open(path) as f:
+            for r in json.load(f):
+                by_key[r["graph"], r["cluster"]] = r
+    clusters = {"2xK80": 0, "4xV100": 1, "8xV100": 2}
+
+    def order(key):
+        family, member = key[0].rsplit("/", 1)
+        rank = families.index(family) if family in families else len(families)
+        return rank, family, int(member), clusters.get(key[1], len(clusters)), key[1]
+
+    return [by_key[key] for key in sorted(by_key, key=order)]
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import numpy as np
 import tensorflow as tf
 from test_rl import layered  # tests/ is on sys.path under pytest
 from tf_agents.policies import greedy_policy, py_tf_eager_policy
+from tf_agents.trajectories import time_step as ts
 
 from tfplaceto.cli import main
-from tfplaceto.policy.checkpoint import SAVED_POLICY, load_policy
+from tfplaceto.policy.checkpoint import PRETRAINED_DIR, SAVED_POLICY, load_policy
 from tfplaceto.policy.observation import ACTION_MASK, pack
 from tfplaceto.rl.acting import specs
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
@@ -65,3 +66,23 @@ def test_gin_from_the_command_line_configures_training_and_is_saved(tmp_path, ca
     assert main(["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(tmp_path / "bad"),
                  "--episodes", "2", "--gin-param", "train.no_such_parameter = 1"]) == 2
     assert "gin" in capsys.readouterr().err
+
+
+def test_the_shipped_policy_has_a_saved_policy_with_its_weights_that_acts_within_the_mask():
+    # Written by `tools/ship_policy.py` (over the shipped policy's 27 training problems, whose
+    # statics it holds: building those takes minutes, so this test acts on a synthetic observation).
+    path = os.path.join(PRETRAINED_DIR, SAVED_POLICY)
+    # TF-Agents' loader (tf.saved_model.load inside); one load, the costly part of this test.
+    py_policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(path, load_specs_from_pbtxt=True, batch_time_steps=False)
+    weights = {v.name: v.numpy() for v in load_policy().variables}
+    saved = py_policy.variables()
+    assert {v.name: v.numpy().shape for v in saved} == {k: v.shape for k, v in weights.items()}
+    for variable in saved:
+        np.testing.assert_array_equal(variable.numpy(), weights[variable.name])
+    devices = int(py_policy.action_spec.maximum) + 1
+    observation = {name: np.zeros((devices,) + spec.shape, spec.dtype)
+                   for name, spec in py_policy.time_step_spec.observation.items()}
+    observation[ACTION_MASK][np.arange(devices), np.arange(devices)] = True  # lane k may only pick device k
+    time_step = ts.restart(observation, batch_size=devices)
+    action = py_policy.action(time_step, py_policy.get_initial_state(devices)).action
+    np.testing.assert_array_equal(action, np.arange(devices))

@@ -349,13 +349,7 @@ def _cmd_train(args) -> int:
         gin.parse_config_files_and_bindings(args.gin, args.gin_param)
     except (OSError, ValueError, KeyError) as e:
         raise errors.TfplacetoError(f"bad gin configuration: {errors.first_line(e)}") from None
-    if args.family:
-        families = [f.strip() for f in args.family.split(",") if f.strip()]
-        if not families or args.num_graphs < 1:
-            raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
-        sources = [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
-    else:
-        sources = args.graph
+    sources = _train_sources(args)
     if args.actors < 0:
         raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
     result = learner.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
@@ -365,6 +359,18 @@ def _cmd_train(args) -> int:
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
           f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
     return 0
+
+
+def _train_sources(args) -> list[str]:
+    """The sources `tfplaceto train` trains on: `--family` members 0 .. `--num-graphs`-1, or `--graph`s."""
+    from tfplaceto import errors
+
+    if not args.family:
+        return args.graph
+    families = [f.strip() for f in args.family.split(",") if f.strip()]
+    if not families or args.num_graphs < 1:
+        raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
+    return [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
 
 
 def _cmd_actor(args) -> int:

@@ -1,9 +1,15 @@
 """Copies a training run's policy into the package (tfplaceto/policy/pretrained/) with its record.
 
     python tools/ship_policy.py LOGDIR --command "tfplaceto train ..."
+    python tools/ship_policy.py --saved-policy-only      # the shipped policy as it is
 
 The shipped policy's policy.json then says how it was made: the command, the commit it was
-trained at, episodes, decisions and wall time (from LOGDIR/summary.json).
+trained at, episodes, decisions and wall time (from LOGDIR/summary.json). Beside its Sonnet
+checkpoint goes `saved_policy/`, the greedy policy as a TF-Agents `PolicySaver` SavedModel, as a
+training run writes it (`tfplaceto.rl.train`): it is built again here from the network and the
+problems of the training command (its sources on its clusters), because that SavedModel holds the
+packed statics of the problems it acts on. `--saved-policy-only` writes that SavedModel for the
+policy already shipped (its command from its policy.json) and leaves its other files as they are.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -18,14 +25,70 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def training_problems(command: str):
+    """The Problems a `tfplaceto train ...` command trained on (in its order), and their labels."""
+    from tfplaceto import errors
+    from tfplaceto.cli import _parser, _train_sources
+    from tfplaceto.rl.train import problems_for
+
+    words = shlex.split(command)
+    if words[:2] == ["tfplaceto", "train"]:
+        words = words[1:]
+    if words[:1] != ["train"]:
+        raise errors.TfplacetoError(f"not a `tfplaceto train` command: {command!r}")
+    args = _parser().parse_args(words)
+    return problems_for(_train_sources(args), args.cluster)
+
+
+def policy_saver(network, problems):
+    """A TF-Agents `PolicySaver` of the greedy policy over `network` acting on `problems`: the same
+    policy a training run on those problems exports (`PlacetoAgent.policy`)."""
+    from tf_agents.policies import greedy_policy, policy_saver
+
+    from tfplaceto.policy.observation import pack
+    from tfplaceto.rl.acting import specs
+    from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+    from tfplaceto.rl.environment import PlacementEnvironment
+
+    env = PlacementEnvironment(problems, batch_size=1)
+    collect = PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims)),
+                            name="collect_policy")
+    return policy_saver.PolicySaver(greedy_policy.GreedyPolicy(collect, name="greedy_policy"), batch_size=None)
+
+
+def write_saved_policy(directory: str, command: str) -> str:
+    """Writes `directory/saved_policy` for the policy in `directory` trained by `command`, replacing
+    only that subdirectory; returns its path."""
+    from tfplaceto.outputs import atomic_directory
+    from tfplaceto.policy.checkpoint import SAVED_POLICY, _export_saved_policy, load_policy
+
+    network = load_policy(directory)
+    saver = policy_saver(network, training_problems(command)[0])
+    path = os.path.join(directory, SAVED_POLICY)
+    with atomic_directory(path) as tmp:
+        os.rmdir(tmp)  # PolicySaver writes a new directory
+        _export_saved_policy(saver, tmp)
+    return path
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("logdir")
-    parser.add_argument("--command", required=True, help="the command that trained it")
+    parser.add_argument("logdir", nargs="?")
+    parser.add_argument("--command", help="the command that trained it")
     parser.add_argument("--commit", default=None, help="default: this checkout's HEAD")
+    parser.add_argument("--saved-policy-only", action="store_true",
+                        help="only (re)write saved_policy/ of the policy already shipped")
     args = parser.parse_args(argv)
-    from tfplaceto.policy.checkpoint import PRETRAINED_DIR, load_policy, save_policy
+    from tfplaceto.policy.checkpoint import PRETRAINED_DIR, _read_config, load_policy, save_policy
 
+    if args.saved_policy_only:
+        command = _read_config(PRETRAINED_DIR)["notes"]["trained_by"]
+        path = write_saved_policy(PRETRAINED_DIR, command)
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        print(f"wrote {path} ({size / 1e6:.1f} MB) for the policy trained by: {command}")
+        return
+    if not args.logdir or not args.command:
+        parser.error("give LOGDIR and --command (or --saved-policy-only)")
     with open(os.path.join(args.logdir, "summary.json")) as f:
         summary = json.load(f)
     commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -36,7 +99,9 @@ def main(argv=None) -> None:
              # The exported policy is the best policy alone evaluated during the run (train.gin's
              # select_every), taken at this episode.
              "selected_episode": summary.get("selected_episode")}
-    save_policy(load_policy(os.path.join(args.logdir, "policy")), PRETRAINED_DIR, notes=notes)
+    network = load_policy(os.path.join(args.logdir, "policy"))
+    save_policy(network, PRETRAINED_DIR, notes=notes,
+                saver=policy_saver(network, training_problems(args.command)[0]))
     print(json.dumps(notes, indent=1))
 
 
