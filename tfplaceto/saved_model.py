@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 
 from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster
-from tfplaceto.graph import check_batch_size
+from tfplaceto.graph import check_batch_size, sources
 from tfplaceto.graph.node_defs import called_function
-from tfplaceto.place import OptimizeResult, check_method
+from tfplaceto.place import OptimizeResult, check_method, optimize
 from tfplaceto.rewrite import DeviceResolver
 
 _PROTO_FILES = ("saved_model.pb", "saved_model.pbtxt")
@@ -83,9 +83,6 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
       OutputPathError: dst_dir cannot be written (a read-only or missing parent, a file in the way).
       InvalidArgumentError: a bad budget_s or seed.
     """
-
-    from tfplaceto.graph import sources
-    from tfplaceto.place import optimize
 
     cluster = as_cluster(cluster)
     check_method(method)
