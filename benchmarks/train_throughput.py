@@ -29,7 +29,10 @@ REFERENCE = "46ab397"  # main before the lockstep engine (issue "Placeto that le
 _PROBE = r"""
 import json, sys
 import tfplaceto as tp
-from tfplaceto.policy.observation import graph_statics
+try:
+    from tfplaceto.policy.observation import graph_statics
+except ImportError:  # engines from before policy/observation.py (the reference) keep it in features
+    from tfplaceto.policy.features import graph_statics
 from tfplaceto.problem import make_problem
 from tfplaceto.rl.train import train
 graph, cluster, episodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
