@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 
 from tfplaceto import checks, errors, outputs
 from tfplaceto.cluster import Cluster, as_cluster
-from tfplaceto.graph import check_batch_size, sources
+from tfplaceto.graph import sources
 from tfplaceto.graph.node_defs import called_function
 from tfplaceto.place import OptimizeResult, check_method, optimize
 from tfplaceto.rewrite import DeviceResolver
@@ -86,7 +86,7 @@ def rewrite(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, cluster: Clu
 
     cluster = as_cluster(cluster)
     check_method(method)
-    check_batch_size(batch_size)
+    checks.check_batch_size(batch_size)
     budget_s, seed = checks.check_budget(budget_s), checks.check_seed(seed)
     src_dir, proto_file = _check_source(src_dir)
     dst_dir = _check_destination(dst_dir, src_dir, overwrite)

@@ -35,11 +35,6 @@ from tfplaceto.graph.op_graph import DEVICE_TYPES, OpGraph, make_op_graph
 BUILTIN_PREFIX = "builtin:"
 
 
-def check_batch_size(batch_size) -> None:
-    """Raises InvalidGraphError unless batch_size is None or a positive int (not a bool) in range."""
-    checks.check_batch_size(batch_size)
-
-
 def import_graph(source, fetches: Sequence[str] | str | None = None,
                  batch_size: int | None = None, loop_iterations: LoopIterations = None,
                  cluster=None) -> OpGraph:
@@ -70,7 +65,7 @@ def import_graph(source, fetches: Sequence[str] | str | None = None,
     if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
         source, default_batch = sources.build_builtin(source[len(BUILTIN_PREFIX):])
         batch_size = batch_size or default_batch
-    check_batch_size(batch_size)
+    checks.check_batch_size(batch_size)
     if cluster is not None:
         cluster = as_cluster(cluster)
     device_type = None if cluster is None else implementations.target_device_type(cluster)

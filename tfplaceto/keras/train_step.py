@@ -92,7 +92,7 @@ def place_model(model, cluster: Cluster | str, method: str = "placeto", *, batch
     arguments.
     """
     return place_step(model, cluster, method, batch_size=batch_size, budget_s=budget_s, seed=seed, costs=costs,
-                  result=result, caller="place_model").result
+                      result=result, caller="place_model").result
 
 
 def strip_placement(model):
