@@ -113,27 +113,42 @@ def line(r: dict) -> str:
             f"{per_graph} {r['untrained_s'] * 1e3:10.3f} {r['random_actions_s'] * 1e3:10.3f}")
 
 
-def averages(rows: list[dict]) -> str:
+def figures(rows: list[dict]) -> dict:
     """The averages the targets are stated in (per-graph over the rows that have it)."""
     over_best = [r["zero_shot_s"] / r["best_baseline_s"] for r in rows]
     over_untrained = [r["zero_shot_s"] / r["untrained_s"] for r in rows]
-    text = (f"{len(rows)} rows; zero-shot / best fast baseline: mean {np.mean(over_best):.3f}; zero-shot / untrained: "
-            f"mean {np.mean(over_untrained):.3f} (untrained / zero-shot {np.mean([1 / x for x in over_untrained]):.2f}x)")
-    per_graph = [r for r in rows if "per_graph_s" in r]
-    if per_graph:
-        over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in per_graph]
-        text += (f"; zero-shot / per-graph ({len(per_graph)} rows): mean {np.mean(over_per_graph):.3f}, "
-                 f"worst {max(over_per_graph):.3f}")
+    result = {"rows": len(rows), "zero_shot_over_best_baseline": float(np.mean(over_best)),
+              "zero_shot_over_untrained": float(np.mean(over_untrained)),
+              "untrained_over_zero_shot": float(np.mean([1 / x for x in over_untrained])),
+              "random_actions_over_zero_shot": float(np.mean([r["random_actions_s"] / r["zero_shot_s"]
+                                                              for r in rows]))}
+    over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in rows if "per_graph_s" in r]
+    if over_per_graph:
+        result.update(per_graph_rows=len(over_per_graph), zero_shot_over_per_graph=float(np.mean(over_per_graph)),
+                      zero_shot_over_per_graph_worst=float(max(over_per_graph)))
+    return result
+
+
+def averages(rows: list[dict]) -> str:
+    """`figures` as the benchmark's last line."""
+    f = figures(rows)
+    text = (f"{f['rows']} rows; zero-shot / best fast baseline: mean {f['zero_shot_over_best_baseline']:.3f}; "
+            f"zero-shot / untrained: mean {f['zero_shot_over_untrained']:.3f} "
+            f"(untrained / zero-shot {f['untrained_over_zero_shot']:.2f}x)")
+    if "per_graph_rows" in f:
+        text += (f"; zero-shot / per-graph ({f['per_graph_rows']} rows): mean {f['zero_shot_over_per_graph']:.3f}, "
+                 f"worst {f['zero_shot_over_per_graph_worst']:.3f}")
     return text
 
 
 def merge(paths: list[str], families: list[str]) -> list[dict]:
-    """The rows of the JSON files `paths`, one per (graph, cluster) (the last file's), in order."""
-    by_key = {}
+    """The rows of the JSON files `paths`, one per (graph, cluster), in order; a later file's row
+    adds its keys to an earlier one's (e.g. per-graph figures to the zero-shot rows)."""
+    by_key: dict = {}
     for path in paths:
         with open(path) as f:
             for r in json.load(f):
-                by_key[r["graph"], r["cluster"]] = r
+                by_key.setdefault((r["graph"], r["cluster"]), {}).update(r)
     clusters = {"2xK80": 0, "4xV100": 1, "8xV100": 2}
 
     def order(key):

@@ -86,3 +86,27 @@ def test_the_shipped_policy_has_a_saved_policy_with_its_weights_that_acts_within
     time_step = ts.restart(observation, batch_size=devices)
     action = py_policy.action(time_step, py_policy.get_initial_state(devices)).action
     np.testing.assert_array_equal(action, np.arange(devices))
+
+
+def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(tmp_path):
+    # `tools/ship_policy.py --held-out FILES` wrote them; a rerun of the generalization benchmark
+    # that is not recorded again makes them disagree.
+    import importlib.util
+    import json
+    import shutil
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("_ship_policy", os.path.join(root, "tools", "ship_policy.py"))
+    ship_policy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship_policy)
+    with open(os.path.join(PRETRAINED_DIR, "policy.json")) as f:
+        shipped = json.load(f)
+    held_out = shipped["notes"]["held_out"]
+    assert held_out["rows"] == 90  # 10 members x 3 families x 3 clusters
+    copy = tmp_path / "policy"
+    copy.mkdir()
+    shutil.copy(os.path.join(PRETRAINED_DIR, "policy.json"), copy / "policy.json")
+    recorded = ship_policy.record_held_out(str(copy), [os.path.join(root, f) for f in held_out["files"]])
+    assert recorded == held_out
+    with open(copy / "policy.json") as f:
+        assert json.load(f) == shipped

@@ -2,9 +2,15 @@
 
     python tools/ship_policy.py LOGDIR --command "tfplaceto train ..."
     python tools/ship_policy.py --saved-policy-only      # the shipped policy as it is
+    python tools/ship_policy.py --held-out docs/generalization.json docs/generalization_per_graph_512*.json
 
 The shipped policy's policy.json then says how it was made: the command, the commit it was
-trained at, episodes, decisions and wall time (from LOGDIR/summary.json). Beside its Sonnet
+trained at, episodes, decisions and wall time (from LOGDIR/summary.json). `--held-out` records
+in it the held-out figures of `benchmarks/generalization.py` runs (their JSON files, joined as its
+`--merge` joins them): zero-shot against the best fast baseline, untrained weights, random
+actions and per-graph policies, the averages the generalization targets are stated in.
+
+Beside its Sonnet
 checkpoint goes `saved_policy/`, the greedy policy as a TF-Agents `PolicySaver` SavedModel, as a
 training run writes it (`tfplaceto.rl.train`): it is built again here from the network and the
 problems of the training command (its sources on its clusters), because that SavedModel holds the
@@ -71,6 +77,24 @@ def write_saved_policy(directory: str, command: str) -> str:
     return path
 
 
+def record_held_out(directory: str, paths: list[str]) -> dict:
+    """Writes the held-out figures of the generalization results `paths` into `directory`'s
+    policy.json (notes["held_out"]), leaving its weights as they are; returns them."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from generalization import figures, merge
+
+    from tfplaceto.outputs import atomic_write
+    from tfplaceto.policy.checkpoint import _read_config
+
+    config = _read_config(directory)
+    held_out = {"files": [os.path.relpath(os.path.abspath(p), ROOT) for p in paths],
+                "method": "placeto_policy (the policy alone) from random starts",
+                **figures(merge(paths, []))}
+    config["notes"]["held_out"] = held_out
+    atomic_write(os.path.join(directory, "policy.json"), json.dumps(config, indent=1).encode())
+    return held_out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("logdir", nargs="?")
@@ -78,8 +102,14 @@ def main(argv=None) -> None:
     parser.add_argument("--commit", default=None, help="default: this checkout's HEAD")
     parser.add_argument("--saved-policy-only", action="store_true",
                         help="only (re)write saved_policy/ of the policy already shipped")
+    parser.add_argument("--held-out", nargs="+", metavar="JSON",
+                        help="only record these generalization.py results in the shipped policy.json")
     args = parser.parse_args(argv)
     from tfplaceto.policy.checkpoint import PRETRAINED_DIR, _read_config, load_policy, save_policy
+
+    if args.held_out:
+        print(json.dumps(record_held_out(PRETRAINED_DIR, args.held_out), indent=1))
+        return
 
     if args.saved_policy_only:
         command = _read_config(PRETRAINED_DIR)["notes"]["trained_by"]
