@@ -185,6 +185,48 @@ def test_runtime_costs_round_trip_through_the_cluster_file(tmp_path):
             runtime_cluster(**bad)
 
 
+def test_runtime_costs_apply_to_the_links_and_devices_they_name():
+    from tfplaceto.measure.runtime import RuntimeCosts
+
+    cluster = runtime_cluster(2)
+    a, b = cluster.device_names
+    costs = RuntimeCosts(4e-4, 2e-4, {(a, b): 2.5e-5, (b, a): 3e-5}, {}, (8, 32), {a: 1.0, b: 0.1},
+                         {a: True, b: False})
+    calibrated = costs.apply(cluster)
+    assert calibrated.control_hop[0, 1] == 2.5e-5 and calibrated.control_hop[1, 0] == 3e-5
+    assert [d.sends_wait_idle for d in calibrated.devices] == [True, False]
+    assert (calibrated.step_overhead_s, calibrated.task_overhead_s) == (4e-4, 2e-4)
+    np.testing.assert_array_equal(calibrated.latency, cluster.latency)
+
+
+def test_runtime_costs_measured_on_logical_cpus():
+    from tfplaceto.measure.runtime import measure_runtime
+
+    costs = measure_runtime("local:2", rounds=1, runs=2, warmup=1)
+    assert costs.step_overhead_s > 0 and costs.task_overhead_s == 0.0  # one task: nothing further
+    assert len(costs.control_hop_s) == 2 and all(h >= 0 for h in costs.control_hop_s.values())
+    assert costs.wait_ratio == {} and costs.sends_wait_idle == {}  # no other task to send to
+    with pytest.raises(errors.TfplacetoError, match="edge counts"):
+        measure_runtime("local:2", edges=(8, 8))
+
+
+@pytest.mark.slow
+def test_runtime_costs_of_a_loopback_cluster():
+    """Two one-core tasks: control edges across them cost a hop each, a second task adds to the
+    fixed cost, and each task's sends wait for its one inter-op thread (the dependent chains
+    take about one chain longer than the independent ones)."""
+    from tfplaceto.measure import LocalTFCluster
+    from tfplaceto.measure.runtime import measure_runtime
+
+    with LocalTFCluster(2) as target:
+        costs = measure_runtime(target, rounds=2, runs=3)
+    print(costs)
+    assert costs.step_overhead_s > 0 and costs.task_overhead_s > 0
+    assert all(h > 1e-6 for h in costs.control_hop_s.values())
+    if target.inter_op_threads == 1:
+        assert all(costs.sends_wait_idle.values()) and len(costs.sends_wait_idle) == 2
+
+
 # -- cluster files and validation ---------------------------------------------------------------------
 
 def test_cluster_file_round_trips_and_is_accepted_as_a_cluster(tmp_path):
@@ -324,6 +366,7 @@ def test_calibrate_command_writes_a_cluster_file_every_command_accepts(tmp_path,
     cluster = tp.Cluster.load(out)
     assert cluster.num_devices == 2 and cluster.devices[0].compute_scale == 1.0
     assert cluster.devices[1].compute_scale > 0
+    assert cluster.step_overhead_s > 0 and "fixed step cost" in printed  # the runtime's costs too
     # Links were measured, not the defaults of Cluster.local(cpus=2).
     assert cluster.bandwidth[0, 1] != tp.Cluster.local(cpus=2).bandwidth[0, 1]
     graph_file = tmp_path / "g.pb"

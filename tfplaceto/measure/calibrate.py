@@ -12,9 +12,10 @@
   sized transfers; latency from the hop chains.
 - `calibrate_links(target)`: both, for every pair -> a list of Links.
 - `calibrated_cluster(target)`: the target's Cluster with those links.
-- `calibrate_cluster(target)`: everything `tfplaceto calibrate` measures: links, and each
-  device's speed and the contention between devices sharing a host
-  (`tfplaceto.measure.devices`), as one Cluster to save and pass as `--cluster`.
+- `calibrate_cluster(target)`: everything `tfplaceto calibrate` measures: links, each device's
+  speed and the contention between devices sharing a host (`tfplaceto.measure.devices`), and the
+  runtime's own costs: control hops, the fixed costs of a step, whether a task's sends wait for
+  it to be idle (`tfplaceto.measure.runtime`), as one Cluster to save and pass as `--cluster`.
 - `calibrate_op_costs(op_graph, target)`: a CostProfile of per-op times traced on the target's
   own devices (a worker task's pinned cores and thread pools, not this process's).
 
@@ -44,6 +45,7 @@ from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
 from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
+from tfplaceto.measure.runtime import RuntimeCosts, measure_runtime
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
 from tfplaceto.rewrite import apply_placement
@@ -202,8 +204,10 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
                       hops: Sequence[int] = DEFAULT_HOPS, rounds: int = 5, device_runs: int = 5,
                       contention: bool = True, seed: int = 0, progress=None,
                       device_times: DeviceTimes | None = None,
-                      links: Sequence[Link] | None = None) -> Cluster:
-    """The target's Cluster with everything measured: links, device speeds, contention.
+                      links: Sequence[Link] | None = None,
+                      runtime: RuntimeCosts | bool = True) -> Cluster:
+    """The target's Cluster with everything measured: links, device speeds, contention, the
+    runtime's costs.
 
     Args:
       target: a TFTarget, "local", "local:N", "grpc://host:port" or a ClusterSpec (as_target).
@@ -215,6 +219,9 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
       progress: called as progress(stage, done, total), stage "links" or "devices".
       device_times: already measured DeviceTimes to use instead of measuring again.
       links: already calibrated links to use instead of measuring again.
+      runtime: already measured RuntimeCosts; True (default) measures them
+        (`tfplaceto.measure.runtime.measure_runtime`, `rounds` x `device_runs` steps); False
+        leaves them out (no control hop, no fixed step cost, sends never wait).
 
     Devices get `compute_scale` = their reference-chain time over the first device of their kind;
     hosts whose devices measurably slow each other down become ContentionGroups.
@@ -231,7 +238,10 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
     scales = device_times.compute_scales({d.name: d.kind for d in base.devices})
     devices = [dataclasses.replace(d, compute_scale=float(scales.get(d.name, 1.0))) for d in base.devices]
     groups = device_times.contention() if contention else []
-    return Cluster(devices, base.links(), name=f"calibrated {target.description}", contention=groups)
+    cluster = Cluster(devices, base.links(), name=f"calibrated {target.description}", contention=groups)
+    if runtime is True:
+        runtime = measure_runtime(target, names, rounds=rounds, runs=device_runs, seed=seed, progress=progress)
+    return runtime.apply(cluster) if runtime else cluster
 
 
 def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2,
