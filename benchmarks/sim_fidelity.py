@@ -25,8 +25,11 @@ percentage error, and ends with the lines
   fidelity: spearman S mape M (uncalibrated: spearman S0 mape M0)
 
 the last one the mean over the workloads. Before them, per workload, the calibrated model with
-each runtime cost left out in turn (an ablation: which measured figure moves the fidelity). Op costs are traced on worker task 0 itself
-(`calibrate_op_costs`: its pinned core, its thread pools). The placement simulated is the one
+each runtime cost left out in turn (an ablation: which measured figure moves the fidelity). Op
+costs are traced on worker task 0 itself (`calibrate_op_costs`: its pinned core, its thread
+pools) and scaled so that they sum to the same graph's untraced step on task 0 minus the
+measured fixed step cost (`scale_to_untraced`: tracing changes what it times); both models use
+these costs, and the ablation shows the traced ones. The placement simulated is the one
 measured: the devices `apply_placement` actually wrote (it enforces colocation and may move ops a
 placer left free). Measured steps run with grappler off, as the op costs are traced
 (`--grappler` measures with TensorFlow's default graph optimizations instead). Nothing is fitted
@@ -271,15 +274,18 @@ def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
 
     import tfplaceto as tp
     from tfplaceto.measure import MeasurementWarning, measure_many
-    from tfplaceto.measure.calibrate import calibrate_op_costs
+    from tfplaceto.measure.calibrate import calibrate_op_costs, scale_to_untraced, untraced_steps
     from tfplaceto.sim import Simulator
 
     builder, layer_names, layer_splits = WORKLOADS[name]
     op_graph = tp.import_graph(builder(), batch_size=args.batch_size)
     print(f"\n== workload {name}: Keras training step, batch {args.batch_size}: {op_graph}")
-    costs = calibrate_op_costs(op_graph, tf_cluster, cluster=uncalibrated)
-    print(f"op costs traced on worker task 0: total {costs.compute_s.sum() * 1e3:.1f} ms per step "
-          f"({costs.source})")
+    traced = calibrate_op_costs(op_graph, tf_cluster, cluster=uncalibrated)
+    steps = untraced_steps(op_graph, tf_cluster, runs=2 * args.runs, cluster=uncalibrated)
+    costs = scale_to_untraced(traced, steps, fixed_s=calibrated.step_overhead_s)
+    print(f"op costs traced on worker task 0: total {traced.compute_s.sum() * 1e3:.1f} ms per step; untraced "
+          f"step {', '.join(f'{s * 1e3:.1f}' for s in steps.values())} ms; scaled total "
+          f"{costs.compute_s.sum() * 1e3:.1f} ms ({costs.source})")
     chosen = {label: effective_placement(op_graph, p) for label, p in placements(
         op_graph, uncalibrated, costs, args.random, layer_names=layer_names, layer_splits=layer_splits).items()}
     with warnings.catch_warnings(record=True) as caught:
@@ -321,8 +327,9 @@ def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
               f"{times.min() * 1e3:.1f}-{times.max() * 1e3:.1f} ms (max/min {times.max() / times.min():.2f})")
     summarize(f"{name} calibrated  ", simulated, measured)
     summarize(f"{name} uncalibrated", simulated_unc, measured)
-    for label, cluster in ablations(calibrated).items():
-        ablated = Simulator(op_graph, cluster, costs)
+    for label, (cluster, profile) in {**{k: (v, costs) for k, v in ablations(calibrated).items()},
+                                      "with the traced op costs (not scaled)": (calibrated, traced)}.items():
+        ablated = Simulator(op_graph, cluster, profile)
         times = np.array([ablated.run(ablated.device_array(p))[0] for p in chosen.values()])
         rho, mape = scores(times, measured)
         print(f"  calibrated {label:<38} Spearman {rho:.3f}, MAPE {mape:.1f}%")

@@ -227,6 +227,18 @@ def test_runtime_costs_of_a_loopback_cluster():
         assert all(costs.sends_wait_idle.values()) and len(costs.sends_wait_idle) == 2
 
 
+def test_op_costs_scale_to_the_untraced_step_per_kind():
+    from tfplaceto.measure.calibrate import scale_to_untraced, untraced_steps
+
+    profile = CostProfile(("op0", "op1"), ("CPU:host", "GPU:x"), np.array([[1.0, 2.0], [3.0, 2.0]]), "traced")
+    scaled = scale_to_untraced(profile, {"CPU:host": 2.5}, fixed_s=0.5)  # 4 s traced -> 2 s of ops
+    np.testing.assert_allclose(scaled.compute_s, [[0.5, 2.0], [1.5, 2.0]])  # GPU:x not timed: as traced
+    assert "CPU:host x0.500" in scaled.source and profile.compute_s[0, 0] == 1.0
+    op_graph = tp.import_graph(_small_graph(), fetches=["out"])
+    steps = untraced_steps(op_graph, "local:2", runs=2, warmup=1)
+    assert list(steps) == ["CPU:host"] and steps["CPU:host"] > 0
+
+
 # -- cluster files and validation ---------------------------------------------------------------------
 
 def test_cluster_file_round_trips_and_is_accepted_as_a_cluster(tmp_path):
