@@ -178,9 +178,10 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                 n_dirty += 1
         n_new = 0
 
-        # 2. Start whatever can start at `now` on the queues that changed: devices first, then
-        # links, so a link whose source sends only when idle sees that device's new state.
-        for phase in range(2):
+        # 2. Start whatever can start at `now` on the queues that changed. With sends that wait
+        # for an idle source: devices first, then links, so a link sees its source's new state
+        # (otherwise one pass: a device and a link never compete for anything).
+        for phase in range(2 if any_wait else 1):
             if phase == 1 and any_wait:
                 # Sources that went idle release the transfers waiting for them.
                 for src in range(n_devices):
@@ -194,7 +195,7 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                             n_dirty += 1
             for k in range(n_dirty):
                 queue = dirty_list[k]
-                if (queue < n_devices) != (phase == 0):
+                if any_wait and (queue < n_devices) != (phase == 0):
                     continue
                 dirty[queue] = False
                 if queue >= n_devices and any_wait:
