@@ -5,10 +5,10 @@
   costs), one transfer at a time.
 - `ContentionGroup`: devices that slow each other down when they compute at once (one host's
   cores, a shared PCIe switch), with the measured per-device speed when two of them are busy.
-- `Cluster`: the devices plus a dense link matrix (`bandwidth`, `latency`), built from presets
-  (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from N logical
-  CPU devices (`Cluster.local(cpus=N)`), by hand, or from a file (`Cluster.load`, written by
-  `Cluster.save` or `tfplaceto calibrate`). `as_cluster` accepts a Cluster, a name or a path.
+- `Cluster`: the devices plus dense link matrices (`bandwidth`, `latency`, `control_hop`), built
+  from presets (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from
+  N logical CPU devices (`Cluster.local(cpus=N)`), by hand, or from a file (`Cluster.load`, written
+  by `Cluster.save` or `tfplaceto calibrate`). `as_cluster` accepts a Cluster, a name or a path.
 
 Some figures are measured, never guessed, so they default to "no effect": a device's
 `compute_scale` (its compute time over the profiled time of its kind: two CPUs of one kind may
@@ -17,8 +17,10 @@ link's `control_hop_s` (a control edge between devices is a Send/Recv of a tiny 
 runtime: on a 2-task loopback cluster each one held the link about 20-30 us) and the fixed costs
 of a step, `step_overhead_s` and `task_overhead_s` (a step that runs nothing still makes the
 client's and master's round trip, about 0.3 ms on loopback gRPC, and every further task it uses
-adds a RunGraph call, about 0.3 ms more). Presets and `Cluster.local()` declare none of them;
-`tfplaceto.measure.calibrate_cluster` measures them all.
+adds a RunGraph call, about 0.3 ms more), and a device's `sends_wait_idle` (a worker task with
+one inter-op thread serves its peers' tensor requests only when it has nothing else to run).
+Presets and `Cluster.local()` declare none of them; `tfplaceto.measure.calibrate_cluster`
+measures them all.
 
 The presets' vendor figures are in `tfplaceto/presets.py`.
 """

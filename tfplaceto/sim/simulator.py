@@ -108,7 +108,8 @@ class Simulator:
         self._num_nodes = op_graph.num_ops
         self._num_devices = self.cluster.num_devices
         # Fixed costs per step (calibrated clusters only): tasks other than the first device's.
-        self._remote = self.cluster.task_ids() > 0
+        self._task_ids = self.cluster.task_ids()
+        self._remote = self._task_ids > 0
         self._step_overhead = self.cluster.step_overhead_s
         self._task_overhead = self.cluster.task_overhead_s
 
@@ -138,7 +139,7 @@ class Simulator:
         devices = self._fast_indices(device_of)
         used = np.zeros(self._num_devices, bool)
         used[devices] = True
-        tasks = self.cluster.task_ids()[used & self._remote]
+        tasks = self._task_ids[used & self._remote]
         return self._step_overhead + self._task_overhead * len(np.unique(tasks))
 
     def run(self, device_of) -> tuple[float, np.ndarray, bool]:
