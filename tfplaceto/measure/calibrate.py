@@ -22,7 +22,7 @@
   graph's steps timed without tracing, and the profile scaled to them. The traced op times need
   not add up to the real step: on the 2-task loopback cluster the CNN's summed to 3% less to 22%
   more than its untraced step in different runs (more when the host was loaded while tracing),
-  the attention block's to 9-11% less (mostly the step's fixed cost, which the trace does not see).
+  the attention block's to 4-11% less (mostly the step's fixed cost, which the trace does not see).
 
 Why two measurements: a step with one transfer between two TF tasks also pays a fixed cost for
 running on a second task at all (the master's extra RunGraph call), once per step. The intercept
