@@ -9,9 +9,11 @@ random, biased random, topological pipeline splits, layer-wise splits, and every
 order each round, `measure_many`), and simulated twice with the same op costs:
 
 - **calibrated**: the cluster `tfplaceto calibrate` would write for these tasks: links, each
-  task's speed factor (`compute_scale`, the reference op chain timed on each task) and the
+  task's speed factor (`compute_scale`, the reference op chain timed on each task), the
   contention between the tasks (both on one host: a `ContentionGroup`, the chain timed on both at
-  once), all measured before any placement;
+  once) and the runtime's costs (`tfplaceto.measure.runtime`: what a control edge crossing tasks
+  costs, the fixed costs of a step, whether a task's sends wait until it is idle), all measured
+  before any placement;
 - **uncalibrated**: the same links, no speed factor, no contention (the model before issue 15).
 
 It prints both simulated times and the measured time of each placement with the spread of its
@@ -22,8 +24,12 @@ percentage error, and ends with the lines
   fidelity[attention]: ...
   fidelity: spearman S mape M (uncalibrated: spearman S0 mape M0)
 
-the last one the mean over the workloads. Op costs are traced on worker task 0 itself
-(`calibrate_op_costs`: its pinned core, its thread pools). The placement simulated is the one
+the last one the mean over the workloads. Before them, per workload, the calibrated model with
+each runtime cost left out in turn (an ablation: which measured figure moves the fidelity). Op
+costs are traced on worker task 0 itself (`calibrate_op_costs`: its pinned core, its thread
+pools) and scaled so that they sum to the same graph's untraced step on task 0 minus the
+measured fixed step cost (`scale_to_untraced`: tracing changes what it times); both models use
+these costs, and the ablation shows the traced ones. The placement simulated is the one
 measured: the devices `apply_placement` actually wrote (it enforces colocation and may move ops a
 placer left free). Measured steps run with grappler off, as the op costs are traced
 (`--grappler` measures with TensorFlow's default graph optimizations instead). Nothing is fitted
@@ -205,6 +211,7 @@ def calibrate(tf_cluster, args):
         measure_transfers,
     )
     from tfplaceto.measure.devices import host_groups, measure_devices
+    from tfplaceto.measure.runtime import measure_runtime
 
     links = []
     print("\ncalibrated links (transfer = step with the transfer - step without; hop latency = "
@@ -227,10 +234,38 @@ def calibrate(tf_cluster, args):
         print(f"  tasks {', '.join(_task(d) for d in group)} at once: {seconds * 1e3:.1f} ms (spread "
               f"{times.together_spread[group]:.0%}) = {times.slowdown(group):.2f}x the slowest alone, "
               f"efficiency {times.efficiency(group):.2f}")
-    calibrated = calibrate_cluster(tf_cluster, device_times=times, links=links)
+    runtime = measure_runtime(tf_cluster, rounds=args.rounds, runs=args.runs)
+    print(f"runtime costs ({args.rounds} interleaved rounds of {args.runs} steps, medians): a step running "
+          f"one NoOp {runtime.step_overhead_s * 1e6:.0f} us, another task adds {runtime.task_overhead_s * 1e6:.0f} us")
+    for (a, b), hop in runtime.control_hop_s.items():
+        print(f"  control edges task {_task(a)} -> task {_task(b)}: {hop * 1e6:.1f} us per edge (cross - stay at "
+              f"{runtime.edges} edges: {', '.join(f'{x * 1e6:.0f}' for x in runtime.control_times_s[a, b])} us)")
+    for device, ratio in runtime.wait_ratio.items():
+        print(f"  task {_task(device)}'s sends wait until it is idle: {runtime.sends_wait_idle[device]} "
+              f"(dependent - independent chains = {ratio:.2f} x its chain alone)")
+    calibrated = calibrate_cluster(tf_cluster, device_times=times, links=links, runtime=runtime)
     print(f"calibrated model: compute_scale {[round(d.compute_scale, 3) for d in calibrated.devices]}, "
           f"contention {[(len(g.devices), round(g.efficiency, 3)) for g in calibrated.contention] or 'none'}")
     return uncalibrated, calibrated
+
+
+def ablations(calibrated):
+    """label -> the calibrated cluster with one runtime cost left out (and with all of them)."""
+    import dataclasses
+
+    from tfplaceto.cluster import Cluster, Link
+
+    def variant(hops=True, fixed=True, wait=True):
+        links = [Link(k.src, k.dst, k.bandwidth_bytes_per_s, k.latency_s, k.control_hop_s if hops else 0.0)
+                 for k in calibrated.links()]
+        devices = [dataclasses.replace(d, sends_wait_idle=d.sends_wait_idle and wait) for d in calibrated.devices]
+        return Cluster(devices, links, name=calibrated.name, contention=calibrated.contention,
+                       step_overhead_s=calibrated.step_overhead_s if fixed else 0.0,
+                       task_overhead_s=calibrated.task_overhead_s if fixed else 0.0)
+
+    return {"without control hops": variant(hops=False), "without fixed step costs": variant(fixed=False),
+            "without sends waiting for idle": variant(wait=False),
+            "without any runtime cost (session 7)": variant(hops=False, fixed=False, wait=False)}
 
 
 def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
@@ -239,15 +274,18 @@ def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
 
     import tfplaceto as tp
     from tfplaceto.measure import MeasurementWarning, measure_many
-    from tfplaceto.measure.calibrate import calibrate_op_costs
+    from tfplaceto.measure.calibrate import calibrate_op_costs, scale_to_untraced, untraced_steps
     from tfplaceto.sim import Simulator
 
     builder, layer_names, layer_splits = WORKLOADS[name]
     op_graph = tp.import_graph(builder(), batch_size=args.batch_size)
     print(f"\n== workload {name}: Keras training step, batch {args.batch_size}: {op_graph}")
-    costs = calibrate_op_costs(op_graph, tf_cluster, cluster=uncalibrated)
-    print(f"op costs traced on worker task 0: total {costs.compute_s.sum() * 1e3:.1f} ms per step "
-          f"({costs.source})")
+    traced = calibrate_op_costs(op_graph, tf_cluster, cluster=uncalibrated)
+    steps = untraced_steps(op_graph, tf_cluster, runs=2 * args.runs, cluster=uncalibrated)
+    costs = scale_to_untraced(traced, steps, fixed_s=calibrated.step_overhead_s)
+    print(f"op costs traced on worker task 0: total {traced.compute_s.sum() * 1e3:.1f} ms per step; untraced "
+          f"step {', '.join(f'{s * 1e3:.1f}' for s in steps.values())} ms; scaled total "
+          f"{costs.compute_s.sum() * 1e3:.1f} ms ({costs.source})")
     chosen = {label: effective_placement(op_graph, p) for label, p in placements(
         op_graph, uncalibrated, costs, args.random, layer_names=layer_names, layer_splits=layer_splits).items()}
     with warnings.catch_warnings(record=True) as caught:
@@ -289,9 +327,15 @@ def run_workload(name, tf_cluster, uncalibrated, calibrated, config, args):
               f"{times.min() * 1e3:.1f}-{times.max() * 1e3:.1f} ms (max/min {times.max() / times.min():.2f})")
     summarize(f"{name} calibrated  ", simulated, measured)
     summarize(f"{name} uncalibrated", simulated_unc, measured)
+    for label, (cluster, profile) in {**{k: (v, costs) for k, v in ablations(calibrated).items()},
+                                      "with the traced op costs (not scaled)": (calibrated, traced)}.items():
+        ablated = Simulator(op_graph, cluster, profile)
+        times = np.array([ablated.run(ablated.device_array(p))[0] for p in chosen.values()])
+        rho, mape = scores(times, measured)
+        print(f"  calibrated {label:<38} Spearman {rho:.3f}, MAPE {mape:.1f}%")
     # Where the remaining error comes from (a diagnosis; nothing here feeds back).
     residual = measured - simulated
-    factors = {"control edges crossing tasks (charged nothing)": (control, 1e6, "us per edge"),
+    factors = {"control edges crossing tasks": (control, 1e6, "us per edge"),
                "simulated time both tasks compute": (both, 1.0, "s per s"),
                "simulated compute on task 1": (on_task1, 1.0, "s per s")}
     design = np.column_stack([f for f, _, _ in factors.values()] + [np.ones_like(residual)])

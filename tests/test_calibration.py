@@ -9,6 +9,8 @@
 - `tfplaceto calibrate local:2 --out cluster.pbtxt` for real, then `--cluster cluster.pbtxt`.
 - MaxPool / MaxPoolGrad kept together by grouping; the slow test runs both placements for real
   on a 2-task loopback cluster and shows what splitting costs.
+- The runtime's costs (session 8): control hops on a link, the fixed costs of a step, sends that
+  wait for an idle source, each charged only when the cluster declares it; cluster file round trip.
 """
 
 from __future__ import annotations
@@ -105,6 +107,138 @@ def test_compute_scale_multiplies_the_kind_column():
     assert tp.simulate(graph, dict.fromkeys(("op0", "op1", "op2"), gpu(1)), cluster, profile).step_time_s == 10.5
 
 
+# -- the runtime's costs: control hops, fixed step costs, sends that wait for an idle source ---------
+
+def task_cpu(t: int) -> str:
+    return f"/job:worker/replica:0/task:{t}/device:CPU:0"
+
+
+def runtime_cluster(n: int = 3, control_hop: float = 0.0, step: float = 0.0, task: float = 0.0,
+                    wait_idle=()) -> Cluster:
+    """n one-CPU tasks; every link: latency 0.5 s, 1000 B/s, the given control hop."""
+    devices = [Device(task_cpu(t), "CPU", 1 << 40, sends_wait_idle=t in wait_idle) for t in range(n)]
+    links = [Link(task_cpu(a), task_cpu(b), 1e3, 0.5, control_hop) for a in range(n) for b in range(n) if a != b]
+    return Cluster(devices, links, step_overhead_s=step, task_overhead_s=task)
+
+
+def control_graph():
+    # a -> (control) b, a -> (control) c, a -> (data, 0 bytes) d; every node 1 s.
+    return make_op_graph(["a", "b", "c", "d"], ["Op"] * 4, [0], [0], [0], [3], [0, 0], [1, 2])
+
+
+def test_a_crossing_control_edge_costs_a_hop_only_when_the_link_declares_one():
+    graph, compute = control_graph(), np.ones((4, 3))
+    local = np.array([0, 0, 0, 0], np.int32)
+    crossing = np.array([0, 1, 1, 0], np.int32)  # b and c on task 1: one hop for both
+    assert Simulator(graph, runtime_cluster(), compute).result(crossing).node_start_s.tolist() == [0, 1, 2, 1]
+    hops = Simulator(graph, runtime_cluster(control_hop=0.25), compute)
+    assert hops.run(local)[0] == 4.0  # nothing crosses: as before
+    result = hops.result(crossing)
+    assert result.node_start_s.tolist() == [0.0, 1.25, 2.25, 1.0]
+    assert len(result.transfer_tensor) == 0  # a hop moves no tensor: not listed as a transfer
+    # b on task 1 and c on task 2: one hop per destination, each on its own link.
+    assert hops.result(np.array([0, 1, 2, 0], np.int32)).node_start_s.tolist() == [0.0, 1.25, 1.25, 1.0]
+    # A hop queues on its link behind a transfer ready at the same instant (tensors first): d
+    # (0 s here) starts when its tensor arrives at 1.5 s, b when the hop after it ends.
+    queued = Simulator(graph, runtime_cluster(control_hop=0.25), np.array([[1.0] * 3] * 3 + [[0.0] * 3]))
+    assert queued.result(np.array([0, 1, 0, 1], np.int32)).node_start_s.tolist() == [0.0, 1.75, 1.0, 1.5]
+    assert hops.run_batch(np.array([local, crossing]))[0].tolist() == [4.0, 3.25]
+
+
+def test_fixed_step_costs_are_charged_per_step_and_per_further_task():
+    graph, compute = independent(2), np.ones((2, 3))
+    sim = Simulator(graph, runtime_cluster(step=0.125, task=0.5), compute)
+    placements = np.array([[0, 0], [1, 1], [0, 1], [1, 2]], np.int32)
+    expected = [2.125, 2.625, 1.625, 2.125]  # schedule + 0.125 + 0.5 per task other than task 0
+    assert [sim.run(p)[0] for p in placements] == expected
+    assert sim.run_batch(placements)[0].tolist() == expected
+    assert [sim.result(p).step_time_s for p in placements] == expected
+    assert Simulator(graph, runtime_cluster(), compute).run(placements[1])[0] == 2.0
+
+
+def test_sends_wait_until_their_source_task_is_idle_when_it_is_declared():
+    # a (1 s) and c (2 s) on task 0; b on task 1 reads a's output (0 bytes, latency 0.5).
+    graph = make_op_graph(["a", "b", "c"], ["Op"] * 3, [0], [0], [0], [1])
+    compute, placement = np.array([[1.0] * 3, [1.0] * 3, [2.0] * 3]), np.array([0, 1, 0], np.int32)
+    free = Simulator(graph, runtime_cluster(), compute).result(placement)
+    assert free.node_start_s.tolist() == [0.0, 1.5, 1.0] and free.step_time_s == 3.0
+    # Task 0 runs c until 3 s: only then does a's output leave.
+    waiting = Simulator(graph, runtime_cluster(wait_idle=(0,)), compute).result(placement)
+    assert waiting.node_start_s.tolist() == [0.0, 3.5, 1.0] and waiting.step_time_s == 4.5
+    assert waiting.transfer_start_s.tolist() == [3.0]
+    # Only the declared source waits: task 1 sending back is not held.
+    assert Simulator(graph, runtime_cluster(wait_idle=(1,)), compute).run(placement)[0] == 3.0
+
+
+def test_runtime_costs_round_trip_through_the_cluster_file(tmp_path):
+    cluster = runtime_cluster(control_hop=2.5e-5, step=3e-4, task=2.9e-4, wait_idle=(0, 2))
+    for name in ("r.pbtxt", "r.pb"):
+        cluster.save(tmp_path / name)
+        loaded = Cluster.load(tmp_path / name)
+        assert loaded == cluster
+        assert (loaded.step_overhead_s, loaded.task_overhead_s) == (3e-4, 2.9e-4)
+        assert [d.sends_wait_idle for d in loaded.devices] == [True, False, True]
+        np.testing.assert_array_equal(loaded.control_hop, cluster.control_hop)
+    assert tp.Cluster.load(tmp_path / "r.pbtxt").control_hop[0, 1] == 2.5e-5
+    for bad in (dict(step=-1.0), dict(task=float("nan")), dict(control_hop=-1e-6)):
+        with pytest.raises(errors.InvalidClusterError):
+            runtime_cluster(**bad)
+
+
+def test_runtime_costs_apply_to_the_links_and_devices_they_name():
+    from tfplaceto.measure.runtime import RuntimeCosts
+
+    cluster = runtime_cluster(2)
+    a, b = cluster.device_names
+    costs = RuntimeCosts(4e-4, 2e-4, {(a, b): 2.5e-5, (b, a): 3e-5}, {}, (8, 32), {a: 1.0, b: 0.1},
+                         {a: True, b: False})
+    calibrated = costs.apply(cluster)
+    assert calibrated.control_hop[0, 1] == 2.5e-5 and calibrated.control_hop[1, 0] == 3e-5
+    assert [d.sends_wait_idle for d in calibrated.devices] == [True, False]
+    assert (calibrated.step_overhead_s, calibrated.task_overhead_s) == (4e-4, 2e-4)
+    np.testing.assert_array_equal(calibrated.latency, cluster.latency)
+
+
+def test_runtime_costs_measured_on_logical_cpus():
+    from tfplaceto.measure.runtime import measure_runtime
+
+    costs = measure_runtime("local:2", rounds=1, runs=2, warmup=1)
+    assert costs.step_overhead_s > 0 and costs.task_overhead_s == 0.0  # one task: nothing further
+    assert len(costs.control_hop_s) == 2 and all(h >= 0 for h in costs.control_hop_s.values())
+    assert costs.wait_ratio == {} and costs.sends_wait_idle == {}  # no other task to send to
+    with pytest.raises(errors.TfplacetoError, match="edge counts"):
+        measure_runtime("local:2", edges=(8, 8))
+
+
+@pytest.mark.slow
+def test_runtime_costs_of_a_loopback_cluster():
+    """Two one-core tasks: control edges across them cost a hop each, a second task adds to the
+    fixed cost, and each task's sends wait for its one inter-op thread (the dependent chains
+    take about one chain longer than the independent ones)."""
+    from tfplaceto.measure import LocalTFCluster
+    from tfplaceto.measure.runtime import measure_runtime
+
+    with LocalTFCluster(2) as target:
+        costs = measure_runtime(target, rounds=2, runs=3)
+    print(costs)
+    assert costs.step_overhead_s > 0 and costs.task_overhead_s > 0
+    assert all(h > 1e-6 for h in costs.control_hop_s.values())
+    if target.inter_op_threads == 1:
+        assert all(costs.sends_wait_idle.values()) and len(costs.sends_wait_idle) == 2
+
+
+def test_op_costs_scale_to_the_untraced_step_per_kind():
+    from tfplaceto.measure.calibrate import scale_to_untraced, untraced_steps
+
+    profile = CostProfile(("op0", "op1"), ("CPU:host", "GPU:x"), np.array([[1.0, 2.0], [3.0, 2.0]]), "traced")
+    scaled = scale_to_untraced(profile, {"CPU:host": 2.5}, fixed_s=0.5)  # 4 s traced -> 2 s of ops
+    np.testing.assert_allclose(scaled.compute_s, [[0.5, 2.0], [1.5, 2.0]])  # GPU:x not timed: as traced
+    assert "CPU:host x0.500" in scaled.source and profile.compute_s[0, 0] == 1.0
+    op_graph = tp.import_graph(_small_graph(), fetches=["out"])
+    steps = untraced_steps(op_graph, "local:2", runs=2, warmup=1)
+    assert list(steps) == ["CPU:host"] and steps["CPU:host"] > 0
+
+
 # -- cluster files and validation ---------------------------------------------------------------------
 
 def test_cluster_file_round_trips_and_is_accepted_as_a_cluster(tmp_path):
@@ -127,6 +261,11 @@ def test_presets_carry_no_calibration_and_keep_their_serialization():
     # exactly as before the field existed.
     assert all(d.compute_scale == 0.0 for d in preset.to_proto().devices)
     assert Cluster.from_proto(preset.to_proto()) == preset
+    # Nor the runtime's costs: no control hop, no fixed step cost, sends never wait. Fingerprints
+    # are those from before these fields existed.
+    assert not preset.control_hop.any() and (preset.step_overhead_s, preset.task_overhead_s) == (0.0, 0.0)
+    assert not any(d.sends_wait_idle for d in preset.devices)
+    assert preset.fingerprint() == "9639d675c8cd630f" and Cluster.preset("8xK80").fingerprint() == "2d143b12db96442f"
 
 
 @pytest.mark.parametrize("groups, message", [
@@ -239,6 +378,7 @@ def test_calibrate_command_writes_a_cluster_file_every_command_accepts(tmp_path,
     cluster = tp.Cluster.load(out)
     assert cluster.num_devices == 2 and cluster.devices[0].compute_scale == 1.0
     assert cluster.devices[1].compute_scale > 0
+    assert cluster.step_overhead_s > 0 and "fixed step cost" in printed  # the runtime's costs too
     # Links were measured, not the defaults of Cluster.local(cpus=2).
     assert cluster.bandwidth[0, 1] != tp.Cluster.local(cpus=2).bandwidth[0, 1]
     graph_file = tmp_path / "g.pb"

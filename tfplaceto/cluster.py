@@ -1,18 +1,26 @@
 """Devices, links and clusters: where ops can run and what moving tensors between them costs.
 
 - `Device`: one placeable device (full TensorFlow name, type, model, memory, throughput figures).
-- `Link`: a directed link between two devices (bandwidth, latency), one transfer at a time.
+- `Link`: a directed link between two devices (bandwidth, latency, what a crossing control edge
+  costs), one transfer at a time.
 - `ContentionGroup`: devices that slow each other down when they compute at once (one host's
   cores, a shared PCIe switch), with the measured per-device speed when two of them are busy.
-- `Cluster`: the devices plus a dense link matrix (`bandwidth`, `latency`), built from presets
-  (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from N logical
-  CPU devices (`Cluster.local(cpus=N)`), by hand, or from a file (`Cluster.load`, written by
-  `Cluster.save` or `tfplaceto calibrate`). `as_cluster` accepts a Cluster, a name or a path.
+- `Cluster`: the devices plus dense link matrices (`bandwidth`, `latency`, `control_hop`), built
+  from presets (`Cluster.preset("4xV100")`), from what this process sees (`Cluster.local()`), from
+  N logical CPU devices (`Cluster.local(cpus=N)`), by hand, or from a file (`Cluster.load`, written
+  by `Cluster.save` or `tfplaceto calibrate`). `as_cluster` accepts a Cluster, a name or a path.
 
-Two figures are measured, never guessed, so they default to "no effect": a device's
+Some figures are measured, never guessed, so they default to "no effect": a device's
 `compute_scale` (its compute time over the profiled time of its kind: two CPUs of one kind may
-differ by 1.2-1.45x, two GPUs of one model by their clocks) and the cluster's `contention` groups.
-Presets and `Cluster.local()` declare neither; `tfplaceto.measure.calibrate_cluster` measures both.
+differ by 1.2-1.45x, two GPUs of one model by their clocks), the cluster's `contention` groups, a
+link's `control_hop_s` (a control edge between devices is a Send/Recv of a tiny tensor in the
+runtime: on a 2-task loopback cluster each one held the link about 20-30 us) and the fixed costs
+of a step, `step_overhead_s` and `task_overhead_s` (a step that runs nothing still makes the
+client's and master's round trip, about 0.3 ms on loopback gRPC, and every further task it uses
+adds a RunGraph call, about 0.3 ms more), and a device's `sends_wait_idle` (a worker task with
+one inter-op thread serves its peers' tensor requests only when it has nothing else to run).
+Presets and `Cluster.local()` declare none of them; `tfplaceto.measure.calibrate_cluster`
+measures them all.
 
 The presets' vendor figures are in `tfplaceto/presets.py`.
 """
@@ -52,6 +60,11 @@ class Device:
     throughput: peak_gflops, or num_cores (SMs / cores) and frequency_mhz (MHz); without them
     `tp.profile` raises CostProfileError (measured costs need neither). streams: ops the device
     runs at once. architecture: the CUDA compute capability ("7.0") for grappler.
+    compute_scale: measured compute time over the profiled time of its kind (1: as profiled).
+    sends_wait_idle: tensors leaving this device for another task start only when the device
+    runs nothing and has nothing ready. Measured, never assumed (False by default): a TF worker
+    task whose inter-op pool has one thread serves its peers' tensor requests on that thread,
+    after the ops it is given; the two tasks' work then does not overlap.
     """
 
     name: str
@@ -65,6 +78,7 @@ class Device:
     frequency_mhz: float = 0.0
     architecture: str = ""
     compute_scale: float = 1.0
+    sends_wait_idle: bool = False
 
     @property
     def kind(self) -> str:
@@ -101,12 +115,19 @@ class Link:
     """A directed link from device src to device dst (full names): a transfer of b bytes takes
     latency_s + b / bandwidth_bytes_per_s seconds. Units: bytes per second (PCIe 3.0 x16 is about
     12e9, NVLink 2.0 about 25e9 per link) and seconds (10e-6 for 10 µs); positional order
-    Link(src, dst, bandwidth_bytes_per_s, latency_s)."""
+    Link(src, dst, bandwidth_bytes_per_s, latency_s, control_hop_s).
+
+    control_hop_s: what one control edge from src to dst holds the link for (TensorFlow turns a
+    control edge between devices into a Send/Recv of a tiny tensor). 0, the default: control edges
+    only order ops, as in every preset. Measured by `tfplaceto calibrate` as the cost per edge of
+    many edges in flight, which is less than `latency_s`, the time of one hop waited for alone.
+    """
 
     src: str
     dst: str
     bandwidth_bytes_per_s: float
     latency_s: float
+    control_hop_s: float = 0.0
 
 
 def _validate_device(device: Device) -> None:
@@ -130,20 +151,25 @@ def _validate_device(device: Device) -> None:
         checks.check_real(where + field, getattr(device, field), 0.0, error=errors.InvalidClusterError)
     checks.check_real(where + "compute_scale", device.compute_scale, 0.0, 1e6, low_open=True,
                       error=errors.InvalidClusterError)
+    if not isinstance(device.sends_wait_idle, bool | np.bool_):
+        raise errors.InvalidClusterError(f"{where}sends_wait_idle must be True or False")
     for field in ("model", "architecture"):
         if not isinstance(getattr(device, field), str):
             raise errors.InvalidClusterError(f"{where}{field} must be a string, got {getattr(device, field)!r}")
 
 
-def _validate_link(link: Link) -> tuple[float, float]:
-    """(bandwidth, latency) of a link, finite: a NaN or infinite figure would stall the simulator."""
+def _validate_link(link: Link) -> tuple[float, float, float]:
+    """(bandwidth, latency, control hop) of a link, finite: a NaN or infinite figure would stall the
+    simulator."""
     if not isinstance(link, Link):
         raise errors.InvalidClusterError(f"expected tfplaceto.Link, got {type(link).__name__}")
     where = f"link {link.src} -> {link.dst}: "
     bandwidth = checks.check_real(where + "bandwidth_bytes_per_s", link.bandwidth_bytes_per_s, 0.0,
                                   low_open=True, error=errors.InvalidClusterError)
     latency = checks.check_real(where + "latency_s", link.latency_s, 0.0, error=errors.InvalidClusterError)
-    return bandwidth, latency
+    control_hop = checks.check_real(where + "control_hop_s", link.control_hop_s, 0.0, 1e6,
+                                    error=errors.InvalidClusterError)
+    return bandwidth, latency, control_hop
 
 
 # Default figures for a pair of devices with no declared link.
@@ -169,13 +195,18 @@ class Cluster:
         the PCIe default (a local:N cluster's logical CPUs copy at host memory speed).
       contention: disjoint ContentionGroups of two or more devices (default: none, every device
         computes at its own speed whatever the others do).
+      step_overhead_s: seconds every simulated step pays on top of its schedule (default 0).
+      task_overhead_s: seconds a step pays for each task it uses other than the task of the first
+        device (where a session's master runs when `tfplaceto calibrate` measures; default 0).
 
-    `bandwidth[i, j]` and `latency[i, j]` are dense arrays over `devices` order (diagonal unused).
+    `bandwidth[i, j]`, `latency[i, j]` and `control_hop[i, j]` are dense arrays over `devices`
+    order (diagonal unused).
     """
 
     def __init__(self, devices: Sequence[Device], links: Sequence[Link] = (), name: str = "custom", *,
                  same_host_link: tuple[float, float] | None = None,
-                 contention: Sequence[ContentionGroup] = ()):
+                 contention: Sequence[ContentionGroup] = (), step_overhead_s: float = 0.0,
+                 task_overhead_s: float = 0.0):
         devices = tuple(devices)
         if not devices:
             raise errors.InvalidClusterError("a cluster needs at least one device")
@@ -197,21 +228,26 @@ class Cluster:
         # O(devices + links) Python steps.
         task_ids = np.unique([d.task for d in devices], return_inverse=True)[1]
         same_host = task_ids[:, None] == task_ids[None, :]
-        host_bandwidth, host_latency = _validate_link(Link("", "", *same_host_link)) if same_host_link \
-            else (_SAME_HOST.bandwidth_bytes_per_s, _SAME_HOST.latency_s)
+        host_bandwidth, host_latency, _ = _validate_link(Link("", "", *same_host_link)) if same_host_link \
+            else (_SAME_HOST.bandwidth_bytes_per_s, _SAME_HOST.latency_s, 0.0)
         self.bandwidth = np.where(same_host, host_bandwidth, _CROSS_HOST.bandwidth_bytes_per_s)
         self.latency = np.where(same_host, host_latency, _CROSS_HOST.latency_s)
+        self.control_hop = np.zeros_like(self.latency)
         np.fill_diagonal(self.bandwidth, np.inf)
         for link in links:
-            bandwidth, latency = _validate_link(link)
+            bandwidth, latency, control_hop = _validate_link(link)
             i, j = self.index(link.src), self.index(link.dst)
             if i == j:
                 raise errors.InvalidClusterError(f"bad link {link}: a link joins two different devices")
             self.bandwidth[i, j] = bandwidth
             self.latency[i, j] = latency
-        self.bandwidth.flags.writeable = False
-        self.latency.flags.writeable = False
+            self.control_hop[i, j] = control_hop
+        for array in (self.bandwidth, self.latency, self.control_hop):
+            array.flags.writeable = False
         self.contention = self._checked_contention(contention)
+        self.step_overhead_s, self.task_overhead_s = (
+            float(checks.check_real(name, value, 0.0, 1e6, error=errors.InvalidClusterError))
+            for name, value in (("step_overhead_s", step_overhead_s), ("task_overhead_s", task_overhead_s)))
 
     def _checked_contention(self, groups: Sequence[ContentionGroup]) -> tuple[ContentionGroup, ...]:
         checked, seen = [], set()
@@ -239,6 +275,11 @@ class Cluster:
         for g, members in enumerate(self.contention):
             group[[self.index(d) for d in members.devices]] = g
         return group, np.array([g.slowdown_per_device for g in self.contention], np.float64)
+
+    def task_ids(self) -> np.ndarray:
+        """Each device's task as an int32 (0: the first device's task, then in order of appearance)."""
+        tasks = list(dict.fromkeys(d.task for d in self.devices))
+        return np.array([tasks.index(d.task) for d in self.devices], np.int32)
 
     @property
     def compute_scales(self) -> np.ndarray:
@@ -278,7 +319,8 @@ class Cluster:
         return gpus or self.devices
 
     def links(self) -> list[Link]:
-        return [Link(a.name, b.name, float(self.bandwidth[i, j]), float(self.latency[i, j]))
+        return [Link(a.name, b.name, float(self.bandwidth[i, j]), float(self.latency[i, j]),
+                     float(self.control_hop[i, j]))
                 for i, a in enumerate(self.devices) for j, b in enumerate(self.devices) if i != j]
 
     def fingerprint(self) -> str:
@@ -294,7 +336,10 @@ class Cluster:
 
     # -- proto ---------------------------------------------------------------------------------
     def to_proto(self) -> cluster_pb2.Cluster:
-        proto = cluster_pb2.Cluster(name=self.name)
+        # Unset figures stay unset (proto3 does not write zeros): uncalibrated clusters serialize
+        # and fingerprint exactly as before these fields existed.
+        proto = cluster_pb2.Cluster(name=self.name, step_overhead_s=self.step_overhead_s,
+                                    task_overhead_s=self.task_overhead_s)
         for d in self.devices:
             fields = dataclasses.asdict(d)
             if fields["compute_scale"] == 1.0:  # 0 (unset) reads as 1: unscaled files stay as they were
@@ -311,9 +356,10 @@ class Cluster:
         devices = [Device(**{f.name: getattr(d, f.name) for f in dataclasses.fields(Device)
                              if f.name != "compute_scale"}, compute_scale=d.compute_scale or 1.0)
                    for d in proto.devices]
-        links = [Link(p.src, p.dst, p.bandwidth_bytes_per_s, p.latency_s) for p in proto.links]
+        links = [Link(p.src, p.dst, p.bandwidth_bytes_per_s, p.latency_s, p.control_hop_s) for p in proto.links]
         contention = [ContentionGroup(tuple(g.devices), g.efficiency) for g in proto.contention]
-        return cls(devices, links, name=proto.name or "custom", contention=contention)
+        return cls(devices, links, name=proto.name or "custom", contention=contention,
+                   step_overhead_s=proto.step_overhead_s, task_overhead_s=proto.task_overhead_s)
 
     # -- files ---------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:

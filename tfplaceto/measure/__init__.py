@@ -8,6 +8,8 @@
   traced on the target's own devices).
 - `devices.py`: `measure_devices` (each device's speed on a reference op chain, and the
   slowdown of devices sharing a host computing at once), `host_groups`.
+- `runtime.py`: `measure_runtime` (the runtime's own costs: a control edge crossing devices, the
+  fixed costs of a step, whether a task's sends wait until it is idle).
 - `session.py`: running a placed GraphDef in a Session (random feeds, variables, timing).
 """
 

@@ -12,11 +12,17 @@
   sized transfers; latency from the hop chains.
 - `calibrate_links(target)`: both, for every pair -> a list of Links.
 - `calibrated_cluster(target)`: the target's Cluster with those links.
-- `calibrate_cluster(target)`: everything `tfplaceto calibrate` measures: links, and each
-  device's speed and the contention between devices sharing a host
-  (`tfplaceto.measure.devices`), as one Cluster to save and pass as `--cluster`.
+- `calibrate_cluster(target)`: everything `tfplaceto calibrate` measures: links, each device's
+  speed and the contention between devices sharing a host (`tfplaceto.measure.devices`), and the
+  runtime's own costs: control hops, the fixed costs of a step, whether a task's sends wait for
+  it to be idle (`tfplaceto.measure.runtime`), as one Cluster to save and pass as `--cluster`.
 - `calibrate_op_costs(op_graph, target)`: a CostProfile of per-op times traced on the target's
   own devices (a worker task's pinned cores and thread pools, not this process's).
+- `untraced_steps(op_graph, target)` and `scale_to_untraced(profile, steps, fixed_s)`: the same
+  graph's steps timed without tracing, and the profile scaled to them. The traced op times need
+  not add up to the real step: on the 2-task loopback cluster the CNN's summed to 3% less to 22%
+  more than its untraced step in different runs (more when the host was loaded while tracing),
+  the attention block's to 4-11% less (mostly the step's fixed cost, which the trace does not see).
 
 Why two measurements: a step with one transfer between two TF tasks also pays a fixed cost for
 running on a second task at all (the master's extra RunGraph call), once per step. The intercept
@@ -44,6 +50,7 @@ from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
 from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
+from tfplaceto.measure.runtime import RuntimeCosts, measure_runtime
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
 from tfplaceto.rewrite import apply_placement
@@ -202,8 +209,10 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
                       hops: Sequence[int] = DEFAULT_HOPS, rounds: int = 5, device_runs: int = 5,
                       contention: bool = True, seed: int = 0, progress=None,
                       device_times: DeviceTimes | None = None,
-                      links: Sequence[Link] | None = None) -> Cluster:
-    """The target's Cluster with everything measured: links, device speeds, contention.
+                      links: Sequence[Link] | None = None,
+                      runtime: RuntimeCosts | bool = True) -> Cluster:
+    """The target's Cluster with everything measured: links, device speeds, contention, the
+    runtime's costs.
 
     Args:
       target: a TFTarget, "local", "local:N", "grpc://host:port" or a ClusterSpec (as_target).
@@ -215,6 +224,9 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
       progress: called as progress(stage, done, total), stage "links" or "devices".
       device_times: already measured DeviceTimes to use instead of measuring again.
       links: already calibrated links to use instead of measuring again.
+      runtime: already measured RuntimeCosts; True (default) measures them
+        (`tfplaceto.measure.runtime.measure_runtime`, `rounds` x `device_runs` steps); False
+        leaves them out (no control hop, no fixed step cost, sends never wait).
 
     Devices get `compute_scale` = their reference-chain time over the first device of their kind;
     hosts whose devices measurably slow each other down become ContentionGroups.
@@ -231,7 +243,10 @@ def calibrate_cluster(target, *, sizes: Sequence[int] = DEFAULT_SIZES, runs: int
     scales = device_times.compute_scales({d.name: d.kind for d in base.devices})
     devices = [dataclasses.replace(d, compute_scale=float(scales.get(d.name, 1.0))) for d in base.devices]
     groups = device_times.contention() if contention else []
-    return Cluster(devices, base.links(), name=f"calibrated {target.description}", contention=groups)
+    cluster = Cluster(devices, base.links(), name=f"calibrated {target.description}", contention=groups)
+    if runtime is True:
+        runtime = measure_runtime(target, names, rounds=rounds, runs=device_runs, seed=seed, progress=progress)
+    return runtime.apply(cluster) if runtime else cluster
 
 
 def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2,
@@ -245,8 +260,6 @@ def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2
     runs in this process, the ops run under the worker's own conditions: its pinned cores and
     thread pools, and whatever else the host runs at the same time.
     """
-    import tensorflow as tf
-
     # Imported here: costs.measured sets variables up with measure.session, and this package's
     # __init__ imports this module, so a module-level import would be a cycle.
     from tfplaceto.costs.measured import op_seconds
@@ -255,29 +268,10 @@ def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2
     cluster = cluster if cluster is not None else target.cluster()
     if not isinstance(op_graph, OpGraph):
         raise errors.CostProfileError("calibrate_op_costs needs an OpGraph (tp.import_graph)")
-    graph_def, fetches, variable_values = graph_parts(op_graph)
-    kernels = colocated_kernels(op_graph)
     index = {name: i for i, name in enumerate(op_graph.names)}
     compute = np.zeros((op_graph.num_ops, len(cluster.kinds)))
-    config = target.session_config()
-    # One op at a time, as the simulator runs a device; grappler off so names and ops stay as
-    # profiled (the same choices as tfplaceto.costs.measured).
-    config.inter_op_parallelism_threads = 1
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-    for k, kind in enumerate(cluster.kinds):
-        device = next(d.name for d in cluster.devices if d.kind == kind)
-        if device not in target.devices:
-            raise errors.CostProfileError(f"{target.description} has no device {device} ({kind})")
-        device_type = device.rsplit("/device:", 1)[1].split(":")[0]
-        host = device.rsplit("/device:", 1)[0] + "/device:CPU:0"
-        column = DEVICE_TYPES.index(device_type) if device_type in DEVICE_TYPES else None
-        placement = {name: device if column is None or kernels[i, column] else host
-                     for i, name in enumerate(op_graph.names)}
-        placed = apply_placement(graph_def, placement)
-        placed, input_values = inputs_as_variables(placed, random_feeds(placed))
-        result = run_or_raise(target, placed, fetches, config, {**variable_values, **input_values},
-                              {}, runs, warmup, trace=True)
+    for k, (placed, fetches, values, config) in enumerate(_per_kind(op_graph, target, cluster)):
+        result = run_or_raise(target, placed, fetches, config, values, {}, runs, warmup, trace=True)
         samples = np.zeros((runs, op_graph.num_ops))
         for r, step_stats in enumerate(result.step_stats):
             for name, seconds in op_seconds(step_stats).items():
@@ -289,6 +283,68 @@ def calibrate_op_costs(op_graph: OpGraph, target, runs: int = 5, warmup: int = 2
         compute[:, k] = np.median(samples, axis=0)
     return CostProfile(tuple(op_graph.names), cluster.kinds, compute,
                        f"traced on {target.description} (median of {runs} runs)", op_graph.fingerprint())
+
+
+def untraced_steps(op_graph: OpGraph, target, runs: int = 10, warmup: int = 2,
+                   cluster: Cluster | None = None) -> dict[str, float]:
+    """kind -> median seconds of an untraced step of op_graph on the kind's first device, placed
+    as `calibrate_op_costs` traces it (the client's step time, fixed costs included)."""
+    target = _target(target)
+    cluster = cluster if cluster is not None else target.cluster()
+    if not isinstance(op_graph, OpGraph):
+        raise errors.CostProfileError("untraced_steps needs an OpGraph (tp.import_graph)")
+    steps = {}
+    for kind, (placed, fetches, values, config) in zip(cluster.kinds, _per_kind(op_graph, target, cluster)):
+        result = run_or_raise(target, placed, fetches, config, values, {}, runs, warmup)
+        steps[kind] = float(np.median(result.run_times_s))
+    return steps
+
+
+def scale_to_untraced(profile: CostProfile, steps: dict[str, float], fixed_s: float = 0.0) -> CostProfile:
+    """The profile with each kind's column scaled so that it sums to that kind's untraced step
+    (`untraced_steps`) minus `fixed_s` (the cluster's step_overhead_s: what an empty step takes).
+
+    One factor per kind: the time tracing adds or the executor spends between ops is spread over
+    the ops in proportion to their traced times. On one device with one op at a time the
+    simulated single-device step is then the untraced one.
+    """
+    compute = np.array(profile.compute_s, dtype=np.float64, copy=True)
+    factors = []
+    for k, kind in enumerate(profile.device_kinds):
+        total = float(compute[:, k].sum())
+        if kind in steps and total > 0:
+            factor = max(steps[kind] - fixed_s, 0.0) / total
+            compute[:, k] *= factor
+            factors.append(f"{kind} x{factor:.3f}")
+    return dataclasses.replace(profile, compute_s=compute,
+                               source=f"{profile.source}, scaled to the untraced step ({', '.join(factors)})")
+
+
+def _per_kind(op_graph: OpGraph, target: TFTarget, cluster: Cluster):
+    """Per device kind of the cluster: (placed GraphDef, fetches, variable values, ConfigProto) of
+    op_graph on the kind's first device (ops without a kernel there on its task's CPU:0)."""
+    import tensorflow as tf
+
+    graph_def, fetches, variable_values = graph_parts(op_graph)
+    kernels = colocated_kernels(op_graph)
+    config = target.session_config()
+    # One op at a time, as the simulator runs a device; grappler off so names and ops stay as
+    # profiled (the same choices as tfplaceto.costs.measured).
+    config.inter_op_parallelism_threads = 1
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    for kind in cluster.kinds:
+        device = next(d.name for d in cluster.devices if d.kind == kind)
+        if device not in target.devices:
+            raise errors.CostProfileError(f"{target.description} has no device {device} ({kind})")
+        device_type = device.rsplit("/device:", 1)[1].split(":")[0]
+        host = device.rsplit("/device:", 1)[0] + "/device:CPU:0"
+        column = DEVICE_TYPES.index(device_type) if device_type in DEVICE_TYPES else None
+        placement = {name: device if column is None or kernels[i, column] else host
+                     for i, name in enumerate(op_graph.names)}
+        placed = apply_placement(graph_def, placement)
+        placed, input_values = inputs_as_variables(placed, random_feeds(placed))
+        yield placed, fetches, {**variable_values, **input_values}, config
 
 
 def _target(target) -> TFTarget:
@@ -367,4 +423,5 @@ def _timed(session, op) -> float:
 
 
 __all__ = ["DEFAULT_HOPS", "DEFAULT_SIZES", "TransferTimes", "calibrate_cluster", "calibrate_links",
-           "calibrate_op_costs", "calibrated_cluster", "fit_link", "fit_transfer_model", "measure_transfers"]
+           "calibrate_op_costs", "calibrated_cluster", "fit_link", "fit_transfer_model", "measure_transfers",
+           "scale_to_untraced", "untraced_steps"]

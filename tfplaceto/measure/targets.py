@@ -108,7 +108,8 @@ class _ProgressBar:
 
         bar = self.bars.get(stage)
         if bar is None:
-            label = {"links": "links (transfers)", "devices": "device speed and contention"}.get(stage, stage)
+            label = {"links": "links (transfers)", "devices": "device speed and contention",
+                     "runtime": "runtime costs (step, control hops)"}.get(stage, stage)
             bar = self.bars[stage] = tqdm(total=total, desc=label, file=sys.stderr, leave=True)
         bar.update(done - bar.n)
 
@@ -157,6 +158,15 @@ def describe(cluster: Cluster) -> str:
                      f"{group.efficiency:.2f} (each at {group.efficiency:.0%} of its speed when two compute)")
     if not cluster.contention:
         lines.append("  contention: none measured")
+    lines.append(f"  fixed step cost {cluster.step_overhead_s * 1e6:.0f} us, per further task "
+                 f"{cluster.task_overhead_s * 1e6:.0f} us")
+    if cluster.num_devices > 1:
+        hops = cluster.control_hop[~np.eye(cluster.num_devices, dtype=bool)]
+        lines.append(f"  control edge between devices: {hops.min() * 1e6:.3g}-{hops.max() * 1e6:.3g} us each")
+    waiting = [d.name for d in cluster.devices if d.sends_wait_idle]
+    if waiting:
+        lines.append(f"  sends wait until their device is idle: {', '.join(waiting)} (one inter-op thread "
+                     "serves both the ops and the peers' tensor requests)")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\ttfplaceto\"\xe4\x01\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bpeak_gflops\x18\x05 \x01(\x01\x12\x1c\n\x14memory_bandwidth_gbs\x18\x06 \x01(\x01\x12\x0f\n\x07streams\x18\x07 \x01(\x05\x12\x11\n\tnum_cores\x18\x08 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\t \x01(\x01\x12\x14\n\x0c\x61rchitecture\x18\n \x01(\t\x12\x15\n\rcompute_scale\x18\x0b \x01(\x01\"R\n\x04Link\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x1d\n\x15\x62\x61ndwidth_bytes_per_s\x18\x03 \x01(\x01\x12\x11\n\tlatency_s\x18\x04 \x01(\x01\"6\n\x0f\x43ontentionGroup\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\x12\x12\n\nefficiency\x18\x02 \x01(\x01\"\x8b\x01\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x11.tfplaceto.Device\x12\x1e\n\x05links\x18\x03 \x03(\x0b\x32\x0f.tfplaceto.Link\x12.\n\ncontention\x18\x04 \x03(\x0b\x32\x1a.tfplaceto.ContentionGroupb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\ttfplaceto\"\xfd\x01\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bpeak_gflops\x18\x05 \x01(\x01\x12\x1c\n\x14memory_bandwidth_gbs\x18\x06 \x01(\x01\x12\x0f\n\x07streams\x18\x07 \x01(\x05\x12\x11\n\tnum_cores\x18\x08 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\t \x01(\x01\x12\x14\n\x0c\x61rchitecture\x18\n \x01(\t\x12\x15\n\rcompute_scale\x18\x0b \x01(\x01\x12\x17\n\x0fsends_wait_idle\x18\x0c \x01(\x08\"i\n\x04Link\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x1d\n\x15\x62\x61ndwidth_bytes_per_s\x18\x03 \x01(\x01\x12\x11\n\tlatency_s\x18\x04 \x01(\x01\x12\x15\n\rcontrol_hop_s\x18\x05 \x01(\x01\"6\n\x0f\x43ontentionGroup\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\x12\x12\n\nefficiency\x18\x02 \x01(\x01\"\xbd\x01\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x11.tfplaceto.Device\x12\x1e\n\x05links\x18\x03 \x03(\x0b\x32\x0f.tfplaceto.Link\x12.\n\ncontention\x18\x04 \x03(\x0b\x32\x1a.tfplaceto.ContentionGroup\x12\x17\n\x0fstep_overhead_s\x18\x05 \x01(\x01\x12\x17\n\x0ftask_overhead_s\x18\x06 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,11 +22,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cluster_pb2', _globals)
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_DEVICE']._serialized_start=29
-  _globals['_DEVICE']._serialized_end=257
-  _globals['_LINK']._serialized_start=259
-  _globals['_LINK']._serialized_end=341
-  _globals['_CONTENTIONGROUP']._serialized_start=343
-  _globals['_CONTENTIONGROUP']._serialized_end=397
-  _globals['_CLUSTER']._serialized_start=400
-  _globals['_CLUSTER']._serialized_end=539
+  _globals['_DEVICE']._serialized_end=282
+  _globals['_LINK']._serialized_start=284
+  _globals['_LINK']._serialized_end=389
+  _globals['_CONTENTIONGROUP']._serialized_start=391
+  _globals['_CONTENTIONGROUP']._serialized_end=445
+  _globals['_CLUSTER']._serialized_start=448
+  _globals['_CLUSTER']._serialized_end=637
 # @@protoc_insertion_point(module_scope)

@@ -14,7 +14,17 @@ Semantics (the contract `tests/test_sim.py` checks against a plain-Python refere
 - A tensor read on another device is sent once per destination device when its producer ends,
   over link (src, dst): latency + bytes / bandwidth, zero-byte tensors included (a Send/Recv pair
   still costs a round of the runtime). A link carries one transfer at a time, latency included,
-  queued by (time ready, tensor index). Control edges only order nodes: no bytes, no latency.
+  queued by (time ready, tensor index). Control edges only order nodes: no bytes, no latency,
+  except on a link with control_hop[src, dst] > 0 (a calibrated cluster): there the runtime sends
+  a tiny tensor for them, so when a node ends, one control hop per other device holding control
+  successors of it is queued on that link like a transfer (queued by (time ready, number of
+  tensors + node index)), holds it control_hop[src, dst] seconds and moves no bytes; its
+  successors there become ready when it ends. Hops are listed with tensor -1 - sender.
+- Sends that wait for an idle source (wait_idle[src, dst], a calibrated cluster whose task
+  serves its peers' tensor requests on its one inter-op thread): a transfer or control hop on
+  such a link starts only at an instant when src runs no node and has none queued, after src's
+  own dispatch at that instant (so a node ready at t goes first). All False: links start
+  transfers whenever they are free, as before.
 - Loops: compute[n, d] already holds all iterations of a loop-body node (costs are per step);
   a tensor moved every iteration (tensor_trips[t] > 1, a split loop body) is one transfer item
   taking tensor_trips[t] x (latency + bytes / bandwidth) and holding one iteration's bytes on
@@ -43,21 +53,26 @@ _NONE = -1
 def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                       tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                       ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                      bandwidth, latency, group_of, group_slow):
+                      bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """Simulates one step; returns (node_start, node_end, transfer arrays, peak, ok).
 
     Transfer arrays are (tensor, src, dst, start, end) trimmed to the transfers made. `ok` is False
     only if some node never ran, which cannot happen on a DAG (the caller checks it anyway).
 
     Work items are nodes (ids 0..N-1) and transfers (ids N + r, created on demand, at most one
-    per (tensor, destination), so r < E). Queues are devices (0..D-1) and directed links
+    per (tensor, destination) or (control sender, destination), so r < E + C). Queues are devices (0..D-1) and directed links
     (D + src * D + dst). The heap and the queues are written inline on purpose: a numba call
     that takes arrays increfs and decrefs each of them atomically, and with helper functions
     that refcounting was half of the run time.
     """
     n_nodes = device_of.shape[0]
     n_devices = streams.shape[0]
-    n_edges = input_tensor.shape[0]
+    n_edges = input_tensor.shape[0] + ctrl_succ.shape[0]  # transfers: data and control hops
+    n_tensors = tensor_producer.shape[0]
+    any_wait = False
+    for src in range(n_devices):
+        for dst in range(n_devices):
+            any_wait = any_wait or wait_idle[src, dst]
     n_queues = n_devices + n_devices * n_devices
     n_items = n_nodes + n_edges
 
@@ -163,52 +178,76 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                 n_dirty += 1
         n_new = 0
 
-        # 2. Start whatever can start at `now` on the queues that changed.
-        for k in range(n_dirty):
-            queue = dirty_list[k]
-            dirty[queue] = False
-            while slots[queue] > 0 and q_head[queue] != _NONE:
-                item = q_head[queue]
-                following = q_next[item]
-                q_head[queue] = following
-                if following == _NONE:
-                    q_tail[queue] = _NONE
-                else:
-                    q_prev[following] = _NONE
-                slots[queue] -= 1
-                if item < n_nodes:
-                    d = device_of[item]
-                    end = now + compute[item, d]
-                    g = group_of[d] if n_groups > 0 else _NONE
-                    if g != _NONE:
-                        if dev_running[d] == 0:
-                            group_busy[g] += 1
-                            rerate[g] = True
-                        dev_running[d] += 1
-                        rate = 1.0 / (1.0 + (group_busy[g] - 1) * group_slow[g])
-                        node_left[item] = compute[item, d]
-                        node_mark[item] = now
-                        node_rate[item] = rate
-                        end = now + compute[item, d] / rate
-                    node_start[item] = now
-                    node_end[item] = end
-                    memory[d] += output_bytes[item]
-                    if memory[d] > peak[d]:
-                        peak[d] = memory[d]
-                else:
-                    r = item - n_nodes
-                    src = tr_src[r]
-                    dst = tr_dst[r]
-                    nbytes = tensor_bytes[tr_tensor[r]]
-                    end = now + tensor_trips[tr_tensor[r]] * (latency[src, dst]
-                                                              + nbytes / bandwidth[src, dst])
-                    tr_start[r] = now
-                    tr_end[r] = end
-                    memory[dst] += nbytes
-                    if memory[dst] > peak[dst]:
-                        peak[dst] = memory[dst]
-                _sift_up(h_time, h_id, h_size, end, item)  # push (end, item)
-                h_size += 1
+        # 2. Start whatever can start at `now` on the queues that changed. With sends that wait
+        # for an idle source: devices first, then links, so a link sees its source's new state
+        # (otherwise one pass: a device and a link never compete for anything).
+        for phase in range(2 if any_wait else 1):
+            if phase == 1 and any_wait:
+                # Sources that went idle release the transfers waiting for them.
+                for src in range(n_devices):
+                    if slots[src] != streams[src] or q_head[src] != _NONE:
+                        continue
+                    for dst in range(n_devices):
+                        queue = n_devices + src * n_devices + dst
+                        if wait_idle[src, dst] and q_head[queue] != _NONE and not dirty[queue]:
+                            dirty[queue] = True
+                            dirty_list[n_dirty] = queue
+                            n_dirty += 1
+            for k in range(n_dirty):
+                queue = dirty_list[k]
+                if any_wait and (queue < n_devices) != (phase == 0):
+                    continue
+                dirty[queue] = False
+                if queue >= n_devices and any_wait:
+                    src = (queue - n_devices) // n_devices
+                    if wait_idle[src, (queue - n_devices) % n_devices] and (
+                            slots[src] != streams[src] or q_head[src] != _NONE):
+                        continue  # released when src goes idle
+                while slots[queue] > 0 and q_head[queue] != _NONE:
+                    item = q_head[queue]
+                    following = q_next[item]
+                    q_head[queue] = following
+                    if following == _NONE:
+                        q_tail[queue] = _NONE
+                    else:
+                        q_prev[following] = _NONE
+                    slots[queue] -= 1
+                    if item < n_nodes:
+                        d = device_of[item]
+                        end = now + compute[item, d]
+                        g = group_of[d] if n_groups > 0 else _NONE
+                        if g != _NONE:
+                            if dev_running[d] == 0:
+                                group_busy[g] += 1
+                                rerate[g] = True
+                            dev_running[d] += 1
+                            rate = 1.0 / (1.0 + (group_busy[g] - 1) * group_slow[g])
+                            node_left[item] = compute[item, d]
+                            node_mark[item] = now
+                            node_rate[item] = rate
+                            end = now + compute[item, d] / rate
+                        node_start[item] = now
+                        node_end[item] = end
+                        memory[d] += output_bytes[item]
+                        if memory[d] > peak[d]:
+                            peak[d] = memory[d]
+                    else:
+                        r = item - n_nodes
+                        src = tr_src[r]
+                        dst = tr_dst[r]
+                        if tr_tensor[r] < 0:  # a control hop: no bytes
+                            end = now + control_hop[src, dst]
+                        else:
+                            nbytes = tensor_bytes[tr_tensor[r]]
+                            end = now + tensor_trips[tr_tensor[r]] * (latency[src, dst]
+                                                                      + nbytes / bandwidth[src, dst])
+                            memory[dst] += nbytes
+                            if memory[dst] > peak[dst]:
+                                peak[dst] = memory[dst]
+                        tr_start[r] = now
+                        tr_end[r] = end
+                    _sift_up(h_time, h_id, h_size, end, item)  # push (end, item)
+                    h_size += 1
         n_dirty = 0
         if n_groups > 0:
             _rerate(now, rerate, group_busy, group_slow, group_of, device_of, n_nodes, h_time, h_id,
@@ -243,11 +282,27 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                                 h_time, h_id, h_size, node_left, node_mark, node_rate, node_end)
                 for k in range(ctrl_ptr[n], ctrl_ptr[n + 1]):
                     c = ctrl_succ[k]
-                    pending[c] -= 1
-                    if pending[c] == 0:
-                        item_ready[c] = now
-                        new_items[n_new] = c
+                    dc = device_of[c]
+                    if dc == d or control_hop[d, dc] <= 0.0:
+                        pending[c] -= 1
+                        if pending[c] == 0:
+                            item_ready[c] = now
+                            new_items[n_new] = c
+                            n_new += 1
+                    elif tr_for_dst[dc] == _NONE:  # one hop per destination device
+                        r = n_tr
+                        n_tr += 1
+                        tr_for_dst[dc] = r
+                        tr_tensor[r] = -1 - n
+                        tr_src[r] = d
+                        tr_dst[r] = dc
+                        item_ready[n_nodes + r] = now
+                        item_tie[n_nodes + r] = n_tensors + n
+                        item_queue[n_nodes + r] = n_devices + d * n_devices + dc
+                        new_items[n_new] = n_nodes + r
                         n_new += 1
+                for k in range(ctrl_ptr[n], ctrl_ptr[n + 1]):
+                    tr_for_dst[device_of[ctrl_succ[k]]] = _NONE
                 for k in range(prod_ptr[n], prod_ptr[n + 1]):
                     t = prod_tensors[k]
                     for j in range(tensor_ptr[t], tensor_ptr[t + 1]):
@@ -293,6 +348,17 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                             memory[d] -= tensor_bytes[input_tensor[k]]
                 if local_left[n] == 0 and sends_left[n] == 0:
                     memory[d] -= output_bytes[n]
+            elif tr_tensor[item - n_nodes] < 0:  # a control hop arrived
+                r = item - n_nodes
+                sender = -1 - tr_tensor[r]
+                for k in range(ctrl_ptr[sender], ctrl_ptr[sender + 1]):
+                    c = ctrl_succ[k]
+                    if device_of[c] == tr_dst[r]:
+                        pending[c] -= 1
+                        if pending[c] == 0:
+                            item_ready[c] = now
+                            new_items[n_new] = c
+                            n_new += 1
             else:
                 r = item - n_nodes
                 src = tr_src[r]
@@ -398,12 +464,13 @@ def _sift_down(h_time, h_id, h_size, i, time, ident):
 def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                   tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                   ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                  bandwidth, latency, group_of, group_slow):
+                  bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """(step time, peak bytes per device, ok) without boxing the schedule arrays."""
     schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
                                  prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
                                  input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
-                                 persistent_bytes, streams, bandwidth, latency, group_of, group_slow)
+                                 persistent_bytes, streams, bandwidth, latency, control_hop, wait_idle,
+                                 group_of, group_slow)
     node_end = schedule[1]
     step = 0.0
     for n in range(node_end.shape[0]):
@@ -416,7 +483,7 @@ def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trip
 def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                    tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
                    ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                   bandwidth, latency, group_of, group_slow):
+                   bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """simulate_step for each row of devices (B, N): (step times (B,), peaks (B, D), all ok)."""
     n_batch = devices.shape[0]
     steps = np.empty(n_batch)
@@ -427,7 +494,7 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips
                                        tensor_trips, prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
                                        tensor_cpos, cons_ptr, input_tensor, input_producer, ctrl_ptr,
                                        ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
-                                       bandwidth, latency, group_of, group_slow)
+                                       bandwidth, latency, control_hop, wait_idle, group_of, group_slow)
         steps[b] = step
         peaks[b] = peak
         all_ok = all_ok and ok

@@ -15,7 +15,11 @@ here, once, into flat contiguous arrays the compiled kernel (`tfplaceto.sim.kern
                                the consumer, and the edge's input position k in the first CSR.
   ctrl_ptr / ctrl_succ         CSR: control successors of each node.
   indegree     (N,) int32      data plus control in-edges: a node is ready when all have arrived.
-  streams, bandwidth, latency  per device / per directed link, from the Cluster.
+  streams, bandwidth, latency, control_hop
+                               per device / per directed link, from the Cluster (control_hop
+                               all 0: control edges cost nothing).
+  wait_idle    (D, D) bool     transfers src -> dst start only while src is idle (the src
+                               device's `sends_wait_idle`, for dst on another task).
   group_of, group_slow         contention: each device's group (-1: none) and each group's
                                slowdown per extra busy device (empty: contention off).
 
@@ -80,6 +84,8 @@ class SimGraph:
     bandwidth: np.ndarray
     latency: np.ndarray
     memory_bytes: np.ndarray
+    control_hop: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
+    wait_idle: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.bool_))
     group_of: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
     group_slow: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float64))
 
@@ -97,7 +103,8 @@ class SimGraph:
                 self.prod_tensors, self.tensor_ptr, self.tensor_cons, self.tensor_cpos,
                 self.cons_ptr, self.input_tensor, self.input_producer, self.ctrl_ptr,
                 self.ctrl_succ, self.indegree, self.output_bytes, self.persistent_bytes, self.streams,
-                self.bandwidth, self.latency, self.group_of, self.group_slow)
+                self.bandwidth, self.latency, self.control_hop, self.wait_idle, self.group_of,
+                self.group_slow)
 
 
 def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) -> SimGraph:
@@ -126,11 +133,14 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
     off_diagonal = ~np.eye(cluster.num_devices, dtype=bool)
     # Cluster validates its links; this guards the kernel itself: a NaN time never compares
     # smaller, so the event loop would wait on it forever.
-    if not (np.isfinite(cluster.latency[off_diagonal]).all()
+    if not (np.isfinite(cluster.latency[off_diagonal]).all() and np.isfinite(cluster.control_hop).all()
             and (cluster.bandwidth[off_diagonal] > 0).all() and not np.isnan(cluster.bandwidth).any()):
         raise errors.InvalidClusterError(
             f"cluster {cluster.name!r} has a link with a NaN, infinite or non-positive figure")
     group_of, group_slow = cluster.contention_arrays()
+    tasks = cluster.task_ids()
+    waits = np.array([d.sends_wait_idle for d in cluster.devices], np.bool_)
+    wait_idle = waits[:, None] & (tasks[:, None] != tasks[None, :])
     return SimGraph(
         compute=compute, tensor_producer=tensor_producer,
         tensor_bytes=_owned(op_graph.tensor_bytes, np.int64),
@@ -144,5 +154,7 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
         streams=streams,
         bandwidth=_owned(cluster.bandwidth, np.float64),
         latency=_owned(cluster.latency, np.float64),
+        control_hop=_owned(cluster.control_hop, np.float64),
+        wait_idle=_owned(wait_idle, np.bool_),
         memory_bytes=_owned(cluster.memory_bytes, np.int64),
         group_of=_owned(group_of, np.int32), group_slow=_owned(group_slow, np.float64))

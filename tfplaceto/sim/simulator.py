@@ -8,7 +8,10 @@
   or index array) into the kernel's arrays, raising tfplaceto's typed errors on bad input.
 - `default_costs(op_graph, cluster)`: the hook used when no costs are given.
 
-The scheduling semantics are documented in `tfplaceto/sim/kernel.py`.
+The scheduling semantics are documented in `tfplaceto/sim/kernel.py`. A step's time is its
+schedule's makespan plus the cluster's fixed costs (`Simulator.overhead_s`): `step_overhead_s`,
+and `task_overhead_s` for each task the placement uses other than the first device's. Both are 0
+unless calibrated, so presets simulate their schedules alone.
 """
 
 from __future__ import annotations
@@ -104,6 +107,11 @@ class Simulator:
         self._memory = self.sim_graph.memory_bytes
         self._num_nodes = op_graph.num_ops
         self._num_devices = self.cluster.num_devices
+        # Fixed costs per step (calibrated clusters only): tasks other than the first device's.
+        self._task_ids = self.cluster.task_ids()
+        self._remote = self._task_ids > 0
+        self._step_overhead = self.cluster.step_overhead_s
+        self._task_overhead = self.cluster.task_overhead_s
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -123,12 +131,25 @@ class Simulator:
             return _checked_indices(device_of, self._num_devices)
         return self.device_array(device_of)
 
+    def overhead_s(self, device_of) -> float:
+        """The fixed seconds a step of this placement pays beyond its schedule: the cluster's
+        step_overhead_s, plus task_overhead_s per task used other than the first device's."""
+        if not self._task_overhead:
+            return self._step_overhead
+        devices = self._fast_indices(device_of)
+        used = np.zeros(self._num_devices, bool)
+        used[devices] = True
+        tasks = self._task_ids[used & self._remote]
+        return self._step_overhead + self._task_overhead * len(np.unique(tasks))
+
     def run(self, device_of) -> tuple[float, np.ndarray, bool]:
         """(step time in seconds, peak bytes per device (int64, cluster order), OOM?)."""
         devices = self._fast_indices(device_of)
         step, peak, ok = kernel.simulate_step(devices, *self._args)
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
+        if self._step_overhead or self._task_overhead:
+            step += self.overhead_s(devices)
         return step, peak, bool((peak > self._memory).any())
 
     def run_batch(self, devices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,11 +163,14 @@ class Simulator:
         steps, peaks, ok = kernel.simulate_batch(devices, *self._args)
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
+        if self._step_overhead or self._task_overhead:
+            steps = steps + np.array([self.overhead_s(row) for row in devices])
         return steps, peaks, (peaks > self._memory).any(axis=1)
 
     def schedule(self, device_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start (N,), end (N,), peak bytes per device (D,)) of one placement: what the RL
-        environment observes after every action, without building a SimResult."""
+        environment observes after every action, without building a SimResult. The step time is
+        end.max() + overhead_s(device_of)."""
         devices = self._fast_indices(device_of)
         start, end, *_, peak, ok = kernel.simulate_schedule(devices, *self._args)
         if not ok:
@@ -154,12 +178,19 @@ class Simulator:
         return start, end, peak
 
     def result(self, device_of) -> SimResult:
-        """The full SimResult (schedule, traces) of one placement."""
+        """The full SimResult (schedule, traces) of one placement.
+
+        Control hops (calibrated clusters) occupy their links in the schedule but are not listed
+        as transfers: they move no tensor. step_time_s includes `overhead_s`.
+        """
         devices = self._fast_indices(device_of)
         (start, end, tr_tensor, tr_src, tr_dst, tr_start, tr_end, peak,
          ok) = kernel.simulate_schedule(devices, *self._args)
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
+        tensors = tr_tensor >= 0
+        tr_tensor, tr_src, tr_dst, tr_start, tr_end = (
+            a[tensors] for a in (tr_tensor, tr_src, tr_dst, tr_start, tr_end))
         names = self.cluster.device_names
         graph = self.sim_graph
         durations = end - start
@@ -167,7 +198,7 @@ class Simulator:
         # Bytes moved: a loop body's tensor crosses once per iteration.
         sizes = (graph.tensor_bytes[tr_tensor] * graph.tensor_trips[tr_tensor]).astype(np.int64)
         return SimResult(
-            step_time_s=float(end.max()) if len(end) else 0.0,
+            step_time_s=(float(end.max()) if len(end) else 0.0) + self.overhead_s(devices),
             peak_memory_bytes={name: int(p) for name, p in zip(names, peak)},
             oom=bool((peak > self._memory).any()),
             busy_s={name: float(b) for name, b in zip(names, busy)},
