@@ -43,6 +43,20 @@ def problem_of(name: str, cluster: str):
     return problems_for([name if ":" in name else f"builtin:{name}"], [cluster])[0][0]
 
 
+def fresh_network(seed: int):
+    """Fresh weights with the view the gin file binds (`train.view`; the network's other settings
+    are the constructor's defaults: the embedding refreshed at every step, the paper's)."""
+    import gin
+
+    from tfplaceto.policy.network import PlacetoNetwork
+
+    try:
+        view = gin.query_parameter("train.view")
+    except ValueError:  # not bound
+        view = "full"
+    return PlacetoNetwork(seed=seed, view=view)
+
+
 def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:
     """End placements of episodes with uniform random actions from the same random starts."""
     from tfplaceto.rl.environment import PlacementEnvironment
@@ -60,7 +74,6 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
               config: dict, log) -> dict:
     from tfplaceto import search
     from tfplaceto.baselines import COMPARED_BASELINES, run
-    from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.acting import Actor
     from tfplaceto.rl.train import train
 
@@ -75,7 +88,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     best = search.best_baseline(problem, seed).step_time_s
     eval_seed = 10_000 + seed  # evaluation starts differ from the training starts
 
-    network = PlacetoNetwork(seed=seed)
+    network = fresh_network(seed)
     actor = Actor(problem, network, seed)  # one compiled function; it sees the weights as they train
 
     def policy_alone(acting=actor, start="random") -> float:
@@ -111,7 +124,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
         "selected_episode": result.selected_episode, "final_s": final,
         "final_over_best": final / best, "final_over_untrained": final / untrained,
         "from_single_s": policy_alone(exported_actor, start="single"),
-        "untrained_from_single_s": policy_alone(Actor(problem, PlacetoNetwork(seed=seed), seed), "single"),
+        "untrained_from_single_s": policy_alone(Actor(problem, fresh_network(seed), seed), "single"),
         "reached_episode": reached["episode"] if reached else None,
         "reached_wall_s": reached["wall_s"] if reached else None,
     }

@@ -120,3 +120,46 @@ def test_same_seed_same_weights():
     second.warm_up()
     for a, b in zip(first.trainable_variables, second.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _observed(problem, step, placement, visited):
+    statics = graph_statics(problem)
+    dims = dims_for([statics])
+    start, end, peak = problem.simulator().schedule(placement)
+    busy = np.bincount(placement, weights=end - start, minlength=problem.num_devices)
+    obs = observation(statics, dims, 0, step, placement, visited, start, end, busy, peak.astype(float),
+                      float(end.max()))
+    return {k: tf.constant(v[None]) for k, v in obs.items()}
+
+
+def test_the_placed_view_sees_the_visited_nodes_devices_and_nothing_of_the_others():
+    problem = diamond_problem("4xV100")
+    statics = graph_statics(problem)
+    packed = {k: tf.constant(v) for k, v in pack([statics], dims_for([statics])).items()}
+    b = statics.steps.tolist().index(1)
+    visited = np.array([1.0, 0, 0, 0])  # a was placed (on GPU 1); b, c, d sit where the start put them
+    one = _observed(problem, b, np.array([1, 0, 0, 0], np.int32), visited)
+    other = _observed(problem, b, np.array([1, 3, 2, 1], np.int32), visited)
+    moved_a = _observed(problem, b, np.array([2, 0, 0, 0], np.int32), visited)
+    for view, same in (("placed", True), ("full", False)):
+        first, second = F.compute_features(packed, one, view), F.compute_features(packed, other, view)
+        for name in ("nodes", "edges", "devices"):
+            equal = np.array_equal(getattr(first, name).numpy(), getattr(second, name).numpy())
+            assert equal == same, (view, name)
+        network = PlacetoNetwork(hidden=8, rounds=2, seed=1, view=view)
+        assert np.array_equal(network(packed, one).numpy(), network(packed, other).numpy()) == same
+    # What it sees of a: b's inputs are all on GPU 1 (and on GPU 2 once a moves there).
+    assert F.compute_features(packed, one, "placed").devices.numpy()[0, :, 10].tolist() == [0, 1, 0, 0, 0]
+    assert F.compute_features(packed, moved_a, "placed").devices.numpy()[0, :, 10].tolist() == [0, 0, 1, 0, 0]
+    with pytest.raises(tp.errors.InvalidArgumentError, match="view"):
+        PlacetoNetwork(view="partial")
+
+
+def test_with_the_placed_view_a_greedy_episode_ends_where_it_ends_from_any_start():
+    from tfplaceto.rl.acting import greedy_placements
+
+    problem = diamond_problem("4xV100")
+    for view, one_end in (("placed", True), ("full", False)):
+        ends = greedy_placements(problem, PlacetoNetwork(hidden=8, rounds=2, seed=2, view=view), "random",
+                                 starts=8, seed=0)
+        assert (len({tuple(p) for p in ends}) == 1) == one_end, view

@@ -7,6 +7,15 @@ GraphStatics, `pack`, the observation itself) is `observation.py`.
   Features           the tensors the network reads (batch, node, edge and device slots).
   compute_features   Features of a batch of observations: gathers each observation's problem
                      from the packed statics by its PROBLEM index, then the dynamic features.
+  VIEWS              what of the current placement a policy sees ("full" or "placed").
+
+Views. "full" (the paper's): every node's current device and the simulated schedule of the whole
+current placement. "placed": only what the episode has placed so far: the devices of the visited
+nodes, nothing of the schedule, of the current class's own device or of where its consumers are.
+From a random start the nodes not yet visited sit on random devices and every one of them will be
+visited again; what "full" shows of them is noise for the end placement, and a policy must learn
+to ignore it. With "placed" a greedy episode ends at the same placement from every start; the
+columns a view does not see are zero (the widths, and so the network, are the same for both).
 
 Scales are those of `observation.py` (times / the problem's time scale, memory / device memory,
 bytes / the largest edge); ratios are clipped to +-CLIP.
@@ -36,6 +45,7 @@ NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
 DEVICE_FEATURES = 17
 CLIP = 10.0
+VIEWS = ("full", "placed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +65,9 @@ class Features:
     action_mask: object  # (B, D) bool
 
 
-def compute_features(statics: dict, obs: dict) -> Features:
-    """Node, edge and (class, device) features of a batch of observations (TensorFlow).
+def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
+    """Node, edge and (class, device) features of a batch of observations (TensorFlow) as `view`
+    sees them (module docstring: "full" or "placed").
 
     Node features: the static ones (fastest compute / max and / scale, output bytes, persistent
     bytes / max and / memory, top and bottom level, log degree), then start relative to the
@@ -67,8 +78,12 @@ def compute_features(statics: dict, obs: dict) -> Features:
     memory on d with the class moved there, seconds to receive its inputs / send its outputs if on
     d, earliest time its inputs could all be on d (relative to its start), compute on d, log
     slowdown on d, d is its fastest, byte shares of its inputs / outputs on d, compute of the
-    visited nodes on d (relative to a fair share), d allowed, the step time, the number of devices.
+    visited nodes on d (relative to a fair share; "placed": of the visited nodes that may run at
+    the same time as the class), d allowed, the step time, the number of devices.
     """
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    placed = view == "placed"
     problem = obs[PROBLEM]
 
     def static(name):
@@ -84,15 +99,17 @@ def compute_features(statics: dict, obs: dict) -> Features:
     current = tf.cast(tf.equal(static("classes"), step_class[:, None]), tf.float32) * node_mask
     ancestors = tf.gather(static("step_ancestors"), step, batch_dims=1)
     descendants = tf.gather(static("step_descendants"), step, batch_dims=1)
-    on_device = tf.one_hot(placement, num_devices) * node_mask[..., None]  # (B, N, D)
+    seen = node_mask * obs[VISITED] if placed else node_mask  # the nodes whose device the view shows
+    on_device = tf.one_hot(placement, num_devices) * seen[..., None]  # (B, N, D)
     current_device = tf.gather(placement, rep, batch_dims=1)  # (B,)
-    current_onehot = tf.one_hot(current_device, num_devices)  # (B, D)
-    start, end = obs[START], obs[END]
+    current_onehot = tf.one_hot(current_device, num_devices) * (0.0 if placed else 1.0)  # (B, D)
+    start, end, peak, busy, step_time = (obs[START], obs[END], obs[PEAK], obs[BUSY], obs[STEP_TIME])
+    if placed:  # the schedule of a placement that is partly random
+        start, end, peak, busy, step_time = (tf.zeros_like(x) for x in (start, end, peak, busy, step_time))
     current_start = tf.gather(start, rep, batch_dims=1)[:, None]
     compute = static("compute")  # (B, N, D)
     fastest = static("fastest")
     actual = tf.reduce_sum(compute * on_device, -1)
-    peak = obs[PEAK]
 
     # -- edges
     senders, receivers = static("senders"), static("receivers")
@@ -157,12 +174,17 @@ def compute_features(statics: dict, obs: dict) -> Features:
     on_persistent = tf.einsum("bn,bnd->bd", persistent, on_device)
     class_persistent = tf.reduce_sum(persistent * current, -1, keepdims=True)
     moved_persistent = on_persistent - class_persistent * current_onehot + class_persistent
-    visited_compute = tf.einsum("bn,bnd->bd", obs[VISITED] * fastest, on_device)
+    # "placed": only visited work that may run at the same time as the class (neither its ancestor
+    # nor its descendant), where a parallel branch would wait; the visited work of its ancestors
+    # is on the devices its inputs already name.
+    counted = obs[VISITED] * (node_mask * (1.0 - ancestors) * (1.0 - descendants) * (1.0 - current)
+                              if placed else 1.0)
+    visited_compute = tf.einsum("bn,bnd->bd", counted * fastest, on_device)
     fair_share = tf.maximum(tf.reduce_sum(fastest * node_mask, -1, keepdims=True) / devices_f, 1e-9)
     per_device = tf.ones_like(allowed_f)
     devices = tf.stack([
         current_onehot,
-        tf.clip_by_value(obs[BUSY], 0.0, CLIP),
+        tf.clip_by_value(busy, 0.0, CLIP),
         tf.clip_by_value(peak, 0.0, CLIP),
         tf.clip_by_value(moved_persistent / memory, 0.0, CLIP),
         tf.clip_by_value(receive, 0.0, CLIP),
@@ -174,7 +196,7 @@ def compute_features(statics: dict, obs: dict) -> Features:
         in_share, out_share,
         tf.clip_by_value(visited_compute / fair_share, 0.0, CLIP),
         allowed_f,
-        per_device * tf.clip_by_value(obs[STEP_TIME], 0.0, CLIP)[:, None],
+        per_device * tf.clip_by_value(step_time, 0.0, CLIP)[:, None],
         per_device * tf.math.log(devices_f),  # (B, 1) broadcast
         per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
     ], -1) * allowed_f[..., None]

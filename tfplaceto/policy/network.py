@@ -9,8 +9,8 @@
                       ancestors, descendants and parallel (neither) nodes, each set through its own
                       learned aggregator (an MLP after the mean), as in the paper.
   DeviceScorer        MLP on [context, (class, device) features, mean embedding of the nodes on the
-                      device], plus a linear term of the device features -> one logit per device
-                      slot; not allowed -> MASKED_LOGIT.
+                      device (zero with the "placed" view)], plus a linear term of the device
+                      features -> one logit per device slot; not allowed -> MASKED_LOGIT.
   PlacetoNetwork      the whole: (packed statics, observation batch) -> logits (B, D).
 
 Inputs are computed by `features.compute_features` from the packed per-graph statics and the
@@ -128,10 +128,16 @@ class ContextPooling(snt.Module):
 class DeviceScorer(snt.Module):
     """One logit per device slot: an MLP of [context, device features, nodes-on-device embedding]
     plus a linear function of the device features alone (wide and deep: simple rules over the
-    device features, such as "where its inputs are", are learned in few updates)."""
+    device features, such as "where its inputs are", are learned in few updates).
 
-    def __init__(self, hidden: int, rng: np.random.Generator, name: str = "device_scorer"):
+    `nodes_on_device=False` (the "placed" view) zeroes the nodes-on-device embedding: it would tell
+    the policy where most of the visited nodes are, a cue to pile everything on one device that
+    overrides where the class's own inputs are."""
+
+    def __init__(self, hidden: int, rng: np.random.Generator, nodes_on_device: bool = True,
+                 name: str = "device_scorer"):
         super().__init__(name=name)
+        self._nodes_on_device = nodes_on_device
         self._mlp = _mlp([hidden, hidden, 1], rng, "mlp")
         self._linear = snt.Linear(1, w_init=snt.initializers.Zeros(), name="linear")
 
@@ -141,6 +147,8 @@ class DeviceScorer(snt.Module):
         on_device = tf.one_hot(features.placement, num_devices) * features.node_mask[..., None]
         count = tf.maximum(tf.reduce_sum(on_device, axis=1), 1.0)[..., None]
         device_nodes = tf.einsum("bnd,bnh->bdh", on_device, embeddings) / count  # (B, D, H)
+        if not self._nodes_on_device:
+            device_nodes = tf.zeros_like(device_nodes)
         tiled = tf.tile(context[:, None, :], tf.stack([1, num_devices, 1]))
         inputs = tf.concat([tiled, devices, device_nodes], axis=-1)
         logits = tf.squeeze(self._mlp(inputs) + self._linear(devices), -1)
@@ -175,14 +183,21 @@ class PlacetoNetwork(snt.Module):
       refresh_every: how many consecutive steps of an episode the policy scores from one
         `embed` (1: a fresh embedding every step, the paper's). Part of the config because a
         policy acts as it was trained: it is saved with the weights.
+      view: what of the current placement the policy sees (`features.VIEWS`): "full", every
+        node's device and the simulated schedule (the paper's), or "placed", only the devices
+        the episode has chosen. Part of the config for the same reason (a policy saved without
+        it was trained on "full").
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
-                 name: str = "placeto_network"):
+                 view: str = "full", name: str = "placeto_network"):
         super().__init__(name=name)
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
-        self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every}
+        if view not in F.VIEWS:
+            raise errors.InvalidArgumentError(f"view must be one of {F.VIEWS}, got {view!r}")
+        self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
+                        "view": view}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -190,7 +205,7 @@ class PlacetoNetwork(snt.Module):
         self._combine = _mlp([hidden], rng, "combine", activate_final=True)
         self._normalize = snt.LayerNorm(-1, create_scale=True, create_offset=True, name="normalize")
         self._pooling = ContextPooling(hidden, rng)
-        self._scorer = DeviceScorer(hidden, rng)
+        self._scorer = DeviceScorer(hidden, rng, nodes_on_device=view == "full")
         self._built = False
 
     @property
@@ -212,7 +227,7 @@ class PlacetoNetwork(snt.Module):
     def embed(self, statics: dict, observation: dict) -> tf.Tensor:
         """Node embeddings (B, N, H) of a batch of observations: the message passing (the
         expensive part, which `score` can reuse for the next few steps of an episode)."""
-        features = F.compute_features(statics, observation)
+        features = F.compute_features(statics, observation, self._config["view"])
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
         # Residual rounds grow the embeddings' scale with depth: normalized before pooling.
@@ -225,7 +240,7 @@ class PlacetoNetwork(snt.Module):
         """Masked logits (B, D) of the current class of each observation, from node embeddings
         (`embed` of this observation, or of one a few steps earlier in the same episode) and the
         observation's own (class, device) features."""
-        features = F.compute_features(statics, observation)
+        features = F.compute_features(statics, observation, self._config["view"])
         context = self._pooling(embeddings, features)
         self._built = True
         return self._scorer(context, embeddings, features)
