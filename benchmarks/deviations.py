@@ -16,7 +16,15 @@ The figure to read: how many coordinated choices separate the consolidated place
 best baseline. A policy that has learned "majority of the visited compute" instead of "follow your
 inputs" needs a whole branch of independent deviations at once to find the same placement.
 
+With `--policy-episodes N`, the same question of a trained policy: a policy is trained on the graph
+(fresh weights, the gin file's settings, N episodes), then from `--starts` random starts its
+greedy episode is run once as it is and once per (class, device) with that one class forced to
+that device; printed: its end, how many of the forced deviations end better, the best of them.
+A policy that carries a deviation down its branch has some; one that sends the branch back has
+none.
+
     python benchmarks/deviations.py --graphs ptb-cells/0 cifar10-cells/0 inception_v3 --max-deviations 3
+    python benchmarks/deviations.py --graphs ptb-cells/0 --max-deviations 1 --policy-episodes 384
 """
 
 from __future__ import annotations
@@ -79,12 +87,43 @@ def run_graph(name: str, cluster: str, max_deviations: int, seed: int) -> dict:
     return row
 
 
+def policy_deviations(problem, episodes: int, starts: int, seed: int) -> list[dict]:
+    """Trains a policy on `problem` (module docstring) and tries every single forced deviation of
+    its greedy episode from `starts` random starts: one dict per start."""
+    from learning import fresh_network
+
+    from tfplaceto.policy import observation
+    from tfplaceto.rl.acting import Actor
+    from tfplaceto.rl.environment import initial_placement
+    from tfplaceto.rl.train import train
+
+    network = fresh_network(seed)
+    train(problem, episodes=episodes, seed=seed, network=network, progress=False)
+    actor, simulator = Actor(problem, network, seed), problem.simulator()
+    steps, devices = observation.graph_statics(problem).num_steps, problem.num_devices
+    forced = [{}] + [{step: device} for step in range(steps) for device in range(devices)]
+    rng, rows = np.random.default_rng(seed), []
+    for _ in range(starts):
+        start = initial_placement(problem, "random", rng, {})
+        ends = [float(simulator.run(p)[0]) for p in actor.episodes(start, len(forced), forced=forced)]
+        better = sorted((end, list(choice.items())[0]) for end, choice in zip(ends[1:], forced[1:])
+                        if end < ends[0] * (1 - 1e-6))
+        rows.append({"greedy_s": ends[0], "tried": len(forced) - 1, "better": len(better),
+                     "best": better[0] if better else None})
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graphs", nargs="+", default=["ptb-cells/0", "cifar10-cells/0", "inception_v3"])
     parser.add_argument("--cluster", default="4xV100")
     parser.add_argument("--max-deviations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policy-episodes", type=int, default=0,
+                        help="also train a policy this many episodes and force its deviations")
+    parser.add_argument("--starts", type=int, default=3, help="random starts of the policy diagnostic")
+    parser.add_argument("--gin-param", action="append", default=[],
+                        help="a gin binding on top of the shipped policy's train.gin (repeatable)")
     args = parser.parse_args(argv)
     header = "".join(f"{f'+{k} dev.':>10}" for k in range(1, args.max_deviations + 1))
     print(f"{'graph':<18} {'classes':>7} {'best base':>10} {'single':>10} {'inputs':>10}{header}"
@@ -95,6 +134,21 @@ def main(argv=None) -> None:
         times = [row["single_s"], row["inputs_s"]] + [d["step_time_s"] for d in row["deviations"]]
         print(f"{name:<18} {row['classes']:>7} {best * 1e3:>10.3f} " + "".join(f"{t * 1e3:>10.3f}" for t in times))
         print(f"{'':<18} {'':>7} {'':>10} " + "".join(f"{f'({t / best:.3f}x)':>10}" for t in times))
+        if args.policy_episodes:
+            import gin
+
+            import tfplaceto.rl.train  # noqa: F401  (registers train() with gin)
+
+            gin.parse_config_files_and_bindings(
+                [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfplaceto",
+                              "policy", "train.gin")], args.gin_param)
+            for i, r in enumerate(policy_deviations(problem_of(name, args.cluster), args.policy_episodes,
+                                                    args.starts, args.seed)):
+                best_text = (f"best {r['best'][0] * 1e3:.3f} ms (class {r['best'][1][0]} to device {r['best'][1][1]})"
+                             if r["best"] else "none better")
+                print(f"  policy after {args.policy_episodes} episodes, random start {i}: greedy "
+                      f"{r['greedy_s'] * 1e3:.3f} ms; {r['better']} of {r['tried']} forced deviations end better; "
+                      f"{best_text}", flush=True)
 
 
 if __name__ == "__main__":

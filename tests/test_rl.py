@@ -407,3 +407,21 @@ def test_a_bad_logdir_is_a_typed_error(tmp_path):
     state.write_text(state.read_text()[:40])  # truncated
     with pytest.raises(errors.CheckpointError, match="corrupted"):
         run(logdir)
+
+
+def test_forced_choices_replace_the_policys_at_their_steps_only():
+    from tfplaceto.rl.acting import Actor
+
+    problem = layered(seed=3)
+    statics = graph_statics(problem)
+    actor = Actor(problem, PlacetoNetwork(hidden=8, rounds=2, seed=0, view="placed"), seed=0)
+    start = np.zeros(problem.num_nodes, np.int64)
+    plain, = actor.episodes(start, 1)
+    step = statics.num_steps - 1  # the last class: nothing after it can follow it
+    node = statics.steps[step]
+    other = next(d for d in np.flatnonzero(statics.allowed[node]) if d != plain[node])
+    again, forced = actor.episodes(start, 2, forced=[{}, {step: int(other)}])
+    np.testing.assert_array_equal(again, plain)
+    assert forced[node] == other
+    members = statics.members[step]
+    np.testing.assert_array_equal(np.delete(forced, members), np.delete(plain, members))

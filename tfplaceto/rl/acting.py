@@ -77,19 +77,26 @@ class Actor:
         self._act = act
 
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
-                 seed: int | None = None) -> list[np.ndarray]:
+                 seed: int | None = None, forced: list[dict[int, int]] | None = None) -> list[np.ndarray]:
         """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
         `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
-        starts and windows (default: the actor's)."""
+        starts and windows (default: the actor's); `forced`: per episode, {step: device} choices
+        made for the policy (a diagnostic: does the policy carry a deviation down its branch?)."""
         seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
                                    window=window, dims=self._dims)
         step = env.reset()
         state = self._policy.get_initial_state(count)
         greedy = tf.constant(greedy)
+        t = 0
         while not step.is_last().all():
             action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
-            step = env.step(action.numpy())
+            action = action.numpy().copy()
+            for lane, choices in enumerate(forced or ()):
+                if t in choices and step.observation[observation.ACTION_MASK][lane, choices[t]]:
+                    action[lane] = choices[t]
+            step = env.step(action)
+            t += 1
         return [summary["placement"] for summary in env.pop_summaries()]
 
 
