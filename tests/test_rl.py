@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfplaceto as tp
 from tfplaceto import errors, placeto, search
@@ -425,3 +426,56 @@ def test_forced_choices_replace_the_policys_at_their_steps_only():
     assert forced[node] == other
     members = statics.members[step]
     np.testing.assert_array_equal(np.delete(forced, members), np.delete(plain, members))
+
+
+def _random_batch(seed: int):
+    """A problem, its environment (3 lanes sharing a start) and one batch of random episodes."""
+    from tf_agents.policies import random_py_policy
+
+    from tfplaceto.rl.acting import collect
+
+    problem = layered(seed=seed)
+    env = PlacementEnvironment(problem, batch_size=3, seed=0, shared_start=True)
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=0)
+    experience, weights, _ = collect(env, policy, env.reset())
+    return problem, env, experience, weights
+
+
+def test_self_imitation_replays_the_best_placement_from_the_batch_start_while_the_batch_is_worse():
+    from tfplaceto.rl.train import _SelfImitation
+
+    problem, env, experience, weights = _random_batch(4)
+    summaries = env.pop_summaries()
+    imitator, best = _SelfImitation(env, 2.0), env.best_for(0)
+    best.step_time_s = min(s["step_time_s"] for s in summaries)  # the batch reached it
+    assert imitator.batch(experience, weights, summaries)[2] is None
+    best.step_time_s, best.placement = 0.0, np.arange(problem.num_nodes) % 2  # a better one
+    merged, merged_weights, imitation = imitator.batch(experience, weights, summaries)
+    assert imitation.tolist() == [0.0, 0.0, 0.0, 2.0] and merged_weights.shape == (4, weights.shape[1])
+    replay = tf.nest.map_structure(lambda x: x[3], merged)
+    np.testing.assert_array_equal(replay.observation["placement"][0],  # the batch's own start
+                                  experience.observation["placement"][0, 0])
+    steps = graph_statics(problem).steps
+    np.testing.assert_array_equal(replay.action[:len(steps)], best.placement[steps])
+    last = int(np.flatnonzero(replay.step_type == 2)[0])  # StepType.LAST: every class placed
+    np.testing.assert_array_equal(replay.observation["placement"][last][:problem.num_nodes], best.placement)
+
+
+def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():
+    from tfplaceto.rl.acting import specs
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    _, env, experience, weights = _random_batch(5)
+    agent = PlacetoAgent(*specs(env), PlacetoNetwork(hidden=8, rounds=2, seed=0),
+                         as_tensors(pack(env.statics, env.dims)), max_train_steps=None)
+    batch = tf.nest.map_structure(tf.constant, experience)
+    two = agent._loss(tf.nest.map_structure(lambda x: x[:2], batch), tf.constant(weights[:2]))
+    # Lane 2 imitated (a tiny weight) leaves the other lanes' baseline and advantages as they were
+    # without it; a larger weight adds its cloning term, -w * mean log pi over its steps.
+    tiny = agent._loss(batch, tf.constant(weights), imitation=tf.constant([0.0, 0.0, 1e-9]))
+    cloned = agent._loss(batch, tf.constant(weights), imitation=tf.constant([0.0, 0.0, 3.0]))
+    assert float(tiny.extra.mean_return) == pytest.approx(float(two.extra.mean_return))
+    steps_two, steps_all = float(two.extra.train_steps), float(tiny.extra.train_steps)
+    assert float(tiny.extra.policy_loss) * steps_all == pytest.approx(float(two.extra.policy_loss) * steps_two,
+                                                                      rel=1e-4, abs=1e-5)
+    assert float(cloned.extra.policy_loss) > float(tiny.extra.policy_loss)  # -3 * log pi > 0 added

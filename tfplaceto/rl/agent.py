@@ -7,7 +7,7 @@
   holds the packed statics of the problems it acts on (`observation.pack`): observations carry only
   what changes during an episode.
 - `PlacetoAgent(TFAgent)`: `_loss` is REINFORCE with a per-step-index baseline and an entropy
-  bonus; `_train` applies Adam on the clipped (global norm) gradient. The train step is a
+  bonus (plus, given `imitation` weights per lane, the cloning of replayed lanes); `_train` applies Adam on the clipped (global norm) gradient. The train step is a
   `tf.function`.
 
 Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem, T steps) with
@@ -212,14 +212,20 @@ class PlacetoAgent(tf_agent.TFAgent):
         steps = tf.where((flat > 0) & (group >= 0))[:, 0]
         return steps, tf.gather(group, steps), groups
 
-    def _loss(self, experience, weights=None, training: bool = False):
+    def _loss(self, experience, weights=None, training: bool = False, imitation=None):
         rewards = tf.cast(experience.reward, tf.float32)
         valid = tf.ones_like(rewards) if weights is None else tf.cast(weights, tf.float32)
+        # Lanes with an imitation weight w are not the policy's episodes but a better one replayed
+        # (self-imitation, `train._SelfImitation`): they take no part in the baseline, and every
+        # step of theirs has advantage w (cloning: a per-step comparison with the batch would
+        # mostly compare the random rest of two different placements).
+        imitated = tf.zeros_like(rewards[:, 0]) if imitation is None else tf.cast(imitation, tf.float32)
+        own = valid * tf.cast(tf.equal(imitated, 0.0), tf.float32)[:, None]
         returns = self.returns_to_go(rewards, valid)
-        advantages = (returns - self.baseline(returns, valid)) * valid
-        count = tf.maximum(tf.reduce_sum(valid), 1.0)
-        std = tf.sqrt(tf.reduce_sum(tf.square(advantages)) / count)
-        advantages = advantages / (std + 1e-8)
+        advantages = returns - self.baseline(returns * own, own)
+        count = tf.maximum(tf.reduce_sum(own), 1.0)
+        std = tf.sqrt(tf.reduce_sum(tf.square(advantages * own)) / count)
+        advantages = advantages * own / (std + 1e-8) + imitated[:, None] * (valid - own)
         steps, group, groups = self._select(valid, self.refresh_ages(experience.step_type))
 
         def flat_gather(x, indices):
@@ -240,14 +246,14 @@ class PlacetoAgent(tf_agent.TFAgent):
         total = policy_loss - self.entropy_coefficient * mean_entropy
         return tf_agent.LossInfo(total, PlacetoLossInfo(
             policy_loss=policy_loss, entropy=mean_entropy,
-            mean_return=tf.reduce_sum(returns[:, 0]) / tf.maximum(tf.reduce_sum(valid[:, 0]), 1.0),
+            mean_return=tf.reduce_sum(returns[:, 0] * own[:, 0]) / tf.maximum(tf.reduce_sum(own[:, 0]), 1.0),
             train_steps=tf.size(steps)))
 
     # -- train step ------------------------------------------------------------------------------
-    def _train(self, experience, weights=None):
+    def _train(self, experience, weights=None, imitation=None):
         variables = self._network.trainable_variables
         with tf.GradientTape() as tape:
-            loss_info = self._loss(experience, weights, training=True)
+            loss_info = self._loss(experience, weights, training=True, imitation=imitation)
         gradients = tape.gradient(loss_info.loss, variables)
         gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
         self._optimizer.apply_gradients(zip(gradients, variables))

@@ -34,7 +34,8 @@ from collections.abc import Callable, Sequence
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.policies import policy_saver, py_tf_eager_policy
+from tf_agents.policies import policy_saver, py_policy, py_tf_eager_policy
+from tf_agents.trajectories import policy_step
 
 from tfplaceto.cluster import as_cluster
 from tfplaceto.costs import profile
@@ -129,6 +130,51 @@ class Embedded:
         return None  # the loop's own count: everything was collected here
 
 
+class _ReplayPolicy(py_policy.PyPolicy):
+    """Places each class where `placement` has it: a placement replayed as an episode."""
+
+    def __init__(self, time_step_spec, action_spec, placement: np.ndarray, steps: np.ndarray):
+        super().__init__(time_step_spec, action_spec)
+        self._devices = placement[steps].astype(np.int32)  # the device of each step's class
+
+    def _action(self, time_step, policy_state):
+        return policy_step.PolicyStep(self._devices[time_step.observation[observation.STEP]], policy_state)
+
+
+class _SelfImitation:
+    """Self-imitation (after Oh et al., 2018) of the best placement found so far: after a batch in
+    which no episode ended as well, that placement of the batch's problem is replayed as one more
+    episode from the batch's own start (`_ReplayPolicy`) and cloned with advantage `weight`
+    (`PlacetoAgent`'s imitation lanes). Meant for a split found once by sampling (a branch on
+    an idle device: several coordinated choices), which the next batches otherwise average
+    away. The replay costs one episode's simulations and is not counted as an episode."""
+
+    def __init__(self, env: PlacementEnvironment, weight: float):
+        self.weight, self._env = weight, env
+
+    def batch(self, experience, weights: np.ndarray, summaries: list[dict]):
+        """(experience, weights, imitation [B + 1] or None) for the update after this batch."""
+        problems = {s["problem"] for s in summaries}
+        if self.weight <= 0 or len(problems) != 1:
+            return experience, weights, None
+        index = problems.pop()
+        best, statics = self._env.best_for(index), self._env.statics[index]
+        if best.placement is None or min(s["step_time_s"] for s in summaries) <= best.step_time_s:
+            return experience, weights, None
+        start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
+        replay = PlacementEnvironment(self._env.problems[index], batch_size=1, initial=start,
+                                      dims=self._env.dims)
+        policy = _ReplayPolicy(replay.time_step_spec(), replay.action_spec(), best.placement, statics.steps)
+        extra, extra_weights, _ = collect(replay, policy, replay.reset())
+        extra.observation[observation.PROBLEM][:] = index
+        if extra_weights.shape != (1, weights.shape[1]):
+            return experience, weights, None
+        merged = tf.nest.map_structure(lambda x, y: np.concatenate([x, y]), experience, extra)
+        imitation = np.zeros(len(weights) + 1, np.float32)
+        imitation[-1] = self.weight
+        return merged, np.concatenate([weights, extra_weights]), imitation
+
+
 # -- the loop -----------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class TrainResult:
@@ -181,7 +227,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
-          select_problems: int = 6, collector: Callable | None = None) -> TrainResult:
+          select_problems: int = 6, self_imitation: float = 0.0,
+          collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -210,6 +257,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       select_every: every this many batches (and at the start and the end), evaluate the policy
         alone on up to `select_problems` training problems from `select_starts` fixed random
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
+      self_imitation: cloning weight of the best placement found so far, replayed from the start
+        of each batch that did not reach it (`_SelfImitation`; 0: off, as in train.gin).
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
@@ -288,6 +337,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     if selection is not None and selection.reference is None:
         select()  # the reference: the weights training begins from
 
+    imitator = _SelfImitation(env, self_imitation)
     bar = None
     if progress:
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
@@ -299,9 +349,11 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                                          * min(done / decay, 1.0))
         experience, weights, summaries, candidates = source.batch()
         decisions += int(weights.sum())
+        experience, weights, imitation = imitator.batch(experience, weights, summaries)
         batch = tf.nest.map_structure(tf.constant, experience)
+        extra = {} if imitation is None else {"imitation": tf.constant(imitation)}
         for _ in range(updates_per_batch):
-            loss_info = agent.train(batch, tf.constant(weights))
+            loss_info = agent.train(batch, tf.constant(weights), **extra)
         update = int(agent.train_step_counter.numpy())
         wall = wall_before + time.perf_counter() - start
         source.after_update(agent, writer, done + len(summaries))
