@@ -7,8 +7,8 @@
   holds the packed statics of the problems it acts on (`observation.pack`): observations carry only
   what changes during an episode.
 - `PlacetoAgent(TFAgent)`: `_loss` is REINFORCE with a per-step-index baseline and an entropy
-  bonus (plus, given `imitation` weights per lane, the cloning of replayed lanes); `_train` applies Adam on the clipped (global norm) gradient. The train step is a
-  `tf.function`.
+  bonus (plus, given `imitation` weights per lane, the cloning of replayed lanes); `_train`
+  applies Adam on the clipped (global norm) gradient. The train step is a `tf.function`.
 
 Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem, T steps) with
 `weights` [B, T]: 1 on the episodes' steps, 0 on boundaries and padding. Returns are discounted

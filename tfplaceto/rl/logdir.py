@@ -80,7 +80,8 @@ def open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: P
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise errors.CheckpointError(f"{state_path} is corrupted ({errors.first_line(e)}); remove the logdir "
                                      "to start again") from None
-    if saved != problem_fingerprints(problems) or {"view": "full", **config} != network.config:  # runs before views: "full"
+    # A run saved before networks had a view saw everything: "full".
+    if saved != problem_fingerprints(problems) or {"view": "full", **config} != network.config:
         raise errors.CheckpointError(f"{logdir} holds a run on other graphs, clusters or another network; "
                                      "use a new logdir (or the same ones to resume)")
     try:
