@@ -4,7 +4,9 @@ temporary directory, as a new user would type them.
 One driver process (a fresh one: the README creates logical devices before TensorFlow builds
 anything) executes the ```python blocks in one namespace and, in the full run, each `tfplaceto`
 line of the ```sh blocks through `python -m tfplaceto` in that directory, where the blocks'
-files are. `make` lines (they build a virtualenv) are not run. Training budgets are cut to a
+files are. `make` lines (they build a virtualenv) are not run, nor are ```bash blocks: they show
+commands for the reader's own files or machines (a model.pb, a learner's host, a TF cluster's
+addresses), which a test here does not have. Training budgets are cut to a
 couple of episodes (TRAINING_CUTS, the only change made to what the README says); everything else
 runs as written.
 
