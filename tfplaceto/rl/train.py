@@ -142,10 +142,10 @@ class _ReplayPolicy(py_policy.PyPolicy):
 
 
 class _SelfImitation:
-    """Self-imitation (after Oh et al., 2018) of the best placement found so far: after a batch in
-    which no episode ended as well, that placement of the batch's problem is replayed as one more
-    episode from the batch's own start (`_ReplayPolicy`) and cloned with advantage `weight`
-    (`PlacetoAgent`'s imitation lanes). Meant for a split found once by sampling (a branch on
+    """Self-imitation (after Oh et al., 2018) of the best placement found so far: after every batch,
+    that placement of the batch's problem is replayed as one more episode from the batch's own
+    start (`_ReplayPolicy`) and cloned with advantage `weight` (`PlacetoAgent`'s imitation lanes;
+    always, not only while the batch is worse: cloned only then, the finds were not kept). Meant for a split found once by sampling (a branch on
     an idle device: several coordinated choices), which the next batches otherwise average
     away. The replay costs one episode's simulations and is not counted as an episode."""
 
@@ -159,7 +159,7 @@ class _SelfImitation:
             return experience, weights, None
         index = problems.pop()
         best, statics = self._env.best_for(index), self._env.statics[index]
-        if best.placement is None or min(s["step_time_s"] for s in summaries) <= best.step_time_s:
+        if best.placement is None:
             return experience, weights, None
         start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
         replay = PlacementEnvironment(self._env.problems[index], batch_size=1, initial=start,
@@ -258,7 +258,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         alone on up to `select_problems` training problems from `select_starts` fixed random
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
       self_imitation: cloning weight of the best placement found so far, replayed from the start
-        of each batch that did not reach it (`_SelfImitation`; 0: off, as in train.gin).
+        of each batch (`_SelfImitation`; 0: off, as in train.gin).
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
