@@ -458,6 +458,16 @@ def test_self_imitation_replays_the_best_placement_found_from_the_batch_start():
     np.testing.assert_array_equal(replay.action[:len(steps)], best.placement[steps])
     last = int(np.flatnonzero(replay.step_type == 2)[0])  # StepType.LAST: every class placed
     np.testing.assert_array_equal(replay.observation["placement"][last][:problem.num_nodes], best.placement)
+    # The next batch (another start) is replayed from its own start.
+    from tf_agents.policies import random_py_policy
+
+    from tfplaceto.rl.acting import collect
+
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=1)
+    following, following_weights, _ = collect(env, policy, env.reset())
+    assert not np.array_equal(following.observation["placement"][0, 0], experience.observation["placement"][0, 0])
+    merged, _, _ = imitator.batch(following, following_weights, env.pop_summaries())
+    np.testing.assert_array_equal(merged.observation["placement"][3, 0], following.observation["placement"][0, 0])
 
 
 def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():

@@ -151,6 +151,8 @@ class _SelfImitation:
 
     def __init__(self, env: PlacementEnvironment, weight: float):
         self.weight, self._env = weight, env
+        self._start: np.ndarray | None = None  # the start of the batch being replayed
+        self._replays: dict[int, PlacementEnvironment] = {}  # problem -> its one-lane environment
 
     def batch(self, experience, weights: np.ndarray, summaries: list[dict]):
         """(experience, weights, imitation [B + 1] or None) for the update after this batch."""
@@ -161,9 +163,12 @@ class _SelfImitation:
         best, statics = self._env.best_for(index), self._env.statics[index]
         if best.placement is None:
             return experience, weights, None
-        start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
-        replay = PlacementEnvironment(self._env.problems[index], batch_size=1, initial=start,
-                                      dims=self._env.dims)
+        self._start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
+        replay = self._replays.get(index)
+        if replay is None:  # built once per problem: an environment computes the graph's statics
+            replay = self._replays[index] = PlacementEnvironment(
+                self._env.problems[index], batch_size=1, initial=lambda problem, rng: self._start,
+                dims=self._env.dims)
         policy = _ReplayPolicy(replay.time_step_spec(), replay.action_spec(), best.placement, statics.steps)
         extra, extra_weights, _ = collect(replay, policy, replay.reset())
         extra.observation[observation.PROBLEM][:] = index
