@@ -49,7 +49,7 @@ from tfplaceto.costs.cost_profile import CostProfile
 from tfplaceto.graph.from_graph_def import colocated_kernels
 from tfplaceto.graph.op_graph import OpGraph
 from tfplaceto.measure.devices import DeviceTimes, host_groups, measure_devices
-from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise
+from tfplaceto.measure.measure import graph_parts, map_run_error, run_or_raise, without_grappler
 from tfplaceto.measure.runtime import RuntimeCosts, measure_runtime
 from tfplaceto.measure.session import inputs_as_variables, random_feeds
 from tfplaceto.measure.tf_cluster import TFTarget, as_target
@@ -119,9 +119,7 @@ def measure_transfers(target, sizes: Sequence[int] = DEFAULT_SIZES, runs: int = 
             f"need sizes >= 4 bytes, runs >= 1, warmup >= 0 and two or more distinct hop counts "
             f">= 1 (or none); got sizes={sizes}, runs={runs}, warmup={warmup}, hops={hops}")
     graph, inits, sums, chains = _transfer_graph(devices, sizes, hops)
-    config = target.session_config()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    config = without_grappler(target.session_config())
     fastest = np.zeros((len(devices), len(sizes), len(devices)))
     hop_latency: dict[tuple[int, int], tuple[tuple[float, ...], float]] = {}
     try:
@@ -323,7 +321,6 @@ def scale_to_untraced(profile: CostProfile, steps: dict[str, float], fixed_s: fl
 def _per_kind(op_graph: OpGraph, target: TFTarget, cluster: Cluster):
     """Per device kind of the cluster: (placed GraphDef, fetches, variable values, ConfigProto) of
     op_graph on the kind's first device (ops without a kernel there on its task's CPU:0)."""
-    import tensorflow as tf
 
     graph_def, fetches, variable_values = graph_parts(op_graph)
     kernels = colocated_kernels(op_graph)
@@ -331,8 +328,7 @@ def _per_kind(op_graph: OpGraph, target: TFTarget, cluster: Cluster):
     # One op at a time, as the simulator runs a device; grappler off so names and ops stay as
     # profiled (the same choices as tfplaceto.costs.measured).
     config.inter_op_parallelism_threads = 1
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    without_grappler(config)
     for kind in cluster.kinds:
         device = next(d.name for d in cluster.devices if d.kind == kind)
         if device not in target.devices:

@@ -37,14 +37,13 @@ the rounds, relative to that median) is returned with it, so a noisy host is vis
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfplaceto import checks, errors
+from tfplaceto import errors
 from tfplaceto.cluster import ContentionGroup
-from tfplaceto.measure.measure import map_run_error
+from tfplaceto.measure.measure import check_rounds, time_variants
 from tfplaceto.measure.tf_cluster import GrpcTarget, as_target
 
 # A group whose measured efficiency is at least 1 - MIN_CONTENTION is not modelled.
@@ -134,12 +133,9 @@ def measure_devices(target, devices: Sequence[str] | None = None,
       seed: of the weights and of each round's order.
       progress: called as progress("devices", done, total) after each timed variant.
     """
-    import tensorflow as tf
 
     target = as_target(target)
-    rounds = checks.check_int("calibration rounds", rounds, 1, 10**4)
-    runs = checks.check_int("calibration runs", runs, 1, 10**4)
-    warmup = checks.check_int("calibration warmup", warmup, 0, 10**4)
+    rounds, runs, warmup = check_rounds(rounds, runs, warmup)
     devices = tuple(devices) if devices is not None else tuple(target.devices)
     groups = [tuple(g) for g in (groups if groups is not None else host_groups(target))]
     unknown = [d for d in (*devices, *(d for g in groups for d in g)) if d not in target.devices]
@@ -149,31 +145,10 @@ def measure_devices(target, devices: Sequence[str] | None = None,
             f"{', '.join(target.devices)})")
     graph, inits, chains = _chain_graph(sorted({*devices, *(d for g in groups for d in g)}), seed)
     variants: list[tuple[str, ...]] = [(d,) for d in devices] + groups
-    config = target.session_config()
-    samples: dict[tuple[str, ...], list[float]] = {v: [] for v in variants}
-    rng = np.random.default_rng(seed)
-    total, done = rounds * len(variants), 0
-    try:
-        with tf.compat.v1.Session(target.target, graph=graph, config=config) as session:
-            session.run(inits)
-            for variant in variants:
-                for _ in range(warmup):
-                    session.run([chains[d] for d in variant])
-            for _ in range(rounds):
-                for k in rng.permutation(len(variants)):
-                    variant = variants[k]
-                    ops = [chains[d] for d in variant]
-                    times = []
-                    for _ in range(runs):
-                        start = time.perf_counter()
-                        session.run(ops)
-                        times.append(time.perf_counter() - start)
-                    samples[variant].append(float(np.median(times)))
-                    done += 1
-                    if progress is not None:
-                        progress("devices", done, total)
-    except tf.errors.OpError as e:
-        raise map_run_error(e, target.description) from None
+    times = time_variants(target, graph, target.session_config(), inits,
+                          [(v, [chains[d] for d in v]) for v in variants], rounds, runs, warmup, seed,
+                          progress, "devices")
+    samples = {v: [float(np.median(steps)) for steps in times[v]] for v in variants}  # round medians
     median = {v: float(np.median(s)) for v, s in samples.items()}
     spread = {v: float(np.ptp(s) / median[v]) if median[v] > 0 else 0.0 for v, s in samples.items()}
     return DeviceTimes({v[0]: median[v] for v in variants[:len(devices)]},

@@ -239,6 +239,64 @@ def run_or_raise(target: TFTarget, graph_def, fetches, config, variable_values, 
         raise map_run_error(e, target.description) from None
 
 
+def check_rounds(rounds: int, runs: int, warmup: int) -> tuple[int, int, int]:
+    """A calibration's rounds, timed runs and warmup steps, checked (TfplacetoError if not ints in range)."""
+    return (checks.check_int("calibration rounds", rounds, 1, 10**4),
+            checks.check_int("calibration runs", runs, 1, 10**4),
+            checks.check_int("calibration warmup", warmup, 0, 10**4))
+
+
+def without_grappler(config):
+    """`config` with grappler and the graph optimizer off (returned): the graph runs as built (a
+    calibration's NoOps and chains are not pruned or folded)."""
+    import tensorflow as tf
+
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    return config
+
+
+def time_variants(target: TFTarget, graph, config, inits, variants, rounds: int, runs: int,
+                  warmup: int, seed: int, progress=None, stage: str = "") -> dict:
+    """Times the variants of a calibration graph on `target` in interleaved rounds.
+
+    `variants`: (key, the ops one step runs) pairs. In one Session: `inits` once, `warmup`
+    untimed steps of each variant, then `rounds` rounds, each over every variant in a new order
+    (shuffled with `seed`), `runs` timed steps per variant. Returns key -> its step times (s),
+    one list per round and occurrence of the key; `progress(stage, done, total)` after each
+    variant of a round.
+    TensorFlow's runtime errors are raised as typed errors (`map_run_error`).
+    """
+    import time
+
+    import tensorflow as tf
+
+    variants = list(variants)
+    times: dict = {key: [] for key, _ in variants}
+    rng = np.random.default_rng(seed)
+    total, done = rounds * len(variants), 0
+    try:
+        with tf.compat.v1.Session(target.target, graph=graph, config=config) as session:
+            session.run(inits)
+            for _, ops in variants:
+                for _ in range(warmup):
+                    session.run(ops)
+            for _ in range(rounds):
+                for k in rng.permutation(len(variants)):
+                    (key, ops), steps = variants[k], []
+                    for _ in range(runs):
+                        start = time.perf_counter()
+                        session.run(ops)
+                        steps.append(time.perf_counter() - start)
+                    times[key].append(steps)
+                    done += 1
+                    if progress is not None:
+                        progress(stage, done, total)
+    except tf.errors.OpError as e:
+        raise map_run_error(e, target.description) from None
+    return times
+
+
 def map_run_error(error, where: str) -> errors.TfplacetoError:
     """The typed error for a TensorFlow runtime error raised while running on `where`."""
     import tensorflow as tf
@@ -257,6 +315,6 @@ def map_run_error(error, where: str) -> errors.TfplacetoError:
     return errors.InvalidGraphError(f"the placed graph failed on {where}: {first}")
 
 
-__all__ = ["DEFAULT_MAX_SPREAD", "MeasureResult", "MeasurementWarning", "check_devices", "graph_parts",
-           "map_run_error", "measure", "measure_many",
-           "placed_devices", "run_or_raise"]
+__all__ = ["DEFAULT_MAX_SPREAD", "MeasureResult", "MeasurementWarning", "check_devices", "check_rounds",
+           "graph_parts", "map_run_error", "measure", "measure_many", "placed_devices", "run_or_raise",
+           "time_variants", "without_grappler"]

@@ -29,14 +29,13 @@ reports placements. Grappler is off: it would prune the NoOps.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfplaceto import checks, errors
+from tfplaceto import errors
 from tfplaceto.cluster import Cluster, Link
-from tfplaceto.measure.measure import map_run_error
+from tfplaceto.measure.measure import check_rounds, time_variants, without_grappler
 from tfplaceto.measure.tf_cluster import as_target
 
 DEFAULT_EDGES = (8, 32, 128)
@@ -97,12 +96,9 @@ def measure_runtime(target, devices: Sequence[str] | None = None, edges: Sequenc
       seed: of the matmul weights and each round's order.
       progress: called as progress("runtime", done, total) after each timed variant.
     """
-    import tensorflow as tf
 
     target = as_target(target)
-    rounds = checks.check_int("calibration rounds", rounds, 1, 10**4)
-    runs = checks.check_int("calibration runs", runs, 1, 10**4)
-    warmup = checks.check_int("calibration warmup", warmup, 0, 10**4)
+    rounds, runs, warmup = check_rounds(rounds, runs, warmup)
     edges = tuple(int(m) for m in edges)
     if len(set(edges)) < 2 or min(edges) < 1:
         raise errors.TfplacetoError(f"need two or more distinct control edge counts >= 1, got {edges}")
@@ -113,31 +109,9 @@ def measure_runtime(target, devices: Sequence[str] | None = None, edges: Sequenc
             f"cannot measure devices {unknown or 'none'} on {target.description} (its devices: "
             f"{', '.join(target.devices)})")
     graph, inits, variants, partners = _runtime_graph(devices, edges, seed)
-    config = target.session_config()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-    names = list(variants)
-    samples: dict[tuple, list[float]] = {name: [] for name in names}
-    rng = np.random.default_rng(seed)
-    total, done = rounds * len(names), 0
-    try:
-        with tf.compat.v1.Session(target.target, graph=graph, config=config) as session:
-            session.run(inits)
-            for name in names:
-                for _ in range(warmup):
-                    session.run(variants[name])
-            for _ in range(rounds):
-                for k in rng.permutation(len(names)):
-                    ops = variants[names[k]]
-                    for _ in range(runs):
-                        start = time.perf_counter()
-                        session.run(ops)
-                        samples[names[k]].append(time.perf_counter() - start)
-                    done += 1
-                    if progress is not None:
-                        progress("runtime", done, total)
-    except tf.errors.OpError as e:
-        raise map_run_error(e, target.description) from None
+    times = time_variants(target, graph, without_grappler(target.session_config()), inits,
+                          list(variants.items()), rounds, runs, warmup, seed, progress, "runtime")
+    samples = {name: [t for steps in per_round for t in steps] for name, per_round in times.items()}  # every step
     median = {name: float(np.median(s)) for name, s in samples.items()}
     step = median[("empty",)]
     task_extra = [median[("empty", d)] - step for d in _other_tasks(devices)]
