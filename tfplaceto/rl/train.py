@@ -48,7 +48,7 @@ from tfplaceto.problem import Problem, make_problem
 from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import Actor, collect, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
-from tfplaceto.rl.environment import Best, PlacementEnvironment
+from tfplaceto.rl.environment import Best, PlacementEnvironment, placement_cost
 from tfplaceto.rl.logdir import (
     best_from_json,
     best_to_json,
@@ -65,24 +65,31 @@ class _Selection:
     Every few updates the policy alone (greedy episodes from `starts` fixed random starts drawn
     with a seed of their own, not the training starts) runs on up to `count` of the training
     problems (evenly spread); its score is the geometric mean over them of the mean end step time
-    relative to the first evaluation's (the weights training began from). REINFORCE's greedy
+    relative to the first evaluation's (the weights training began from); an end placement that
+    runs out of memory counts with the environment's OOM penalty (`placement_cost`), so a policy
+    whose placements do not fit is not exported for their step time. REINFORCE's greedy
     policy moves between placements from one update to the next; the exported policy is the
     best one evaluated, not the last.
     """
 
     def __init__(self, problems: Sequence[Problem], network: PlacetoNetwork, seed: int, starts: int,
-                 count: int):
+                 count: int, oom_penalty: float = 1.0):
         indices = sorted({int(i) for i in np.linspace(0, len(problems) - 1, min(count, len(problems))).round()})
-        self._runs = [(problems[i].simulator(), Actor(problems[i], network, seed)) for i in indices]
+        self._runs = [(problems[i], problems[i].simulator(), Actor(problems[i], network, seed)) for i in indices]
         self._network, self._seed, self._starts = network, 20_000 + seed, starts
+        self._oom_penalty = oom_penalty
         self.reference: np.ndarray | None = None
         self.score, self.episode, self.weights = np.inf, None, None
 
     def offer(self, episode: int) -> bool:
         """Evaluates the network as it is now; True (and its weights kept) when it is the best."""
-        times = np.array([np.mean([simulator.run(p)[0] for p in
+        def cost(problem: Problem, simulator, placement: np.ndarray) -> float:
+            step_time, peak, _ = simulator.run(placement)
+            return placement_cost(step_time, peak, problem.memory_bytes, self._oom_penalty)
+
+        times = np.array([np.mean([cost(problem, simulator, p) for p in
                                    actor.episodes("random", self._starts, greedy=True, seed=self._seed)])
-                          for simulator, actor in self._runs])
+                          for problem, simulator, actor in self._runs])
         if self.reference is None:
             self.reference = times
         score = float(np.exp(np.mean(np.log(np.maximum(times, 1e-12) / np.maximum(self.reference, 1e-12)))))
@@ -295,7 +302,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
         saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
-    selection = _Selection(problems, network, seed, select_starts, select_problems) if select_every else None
+    selection = (_Selection(problems, network, seed, select_starts, select_problems, oom_penalty) if select_every
+                 else None)
     if selection is not None and state and state.get("selection"):
         selection.load(state["selection"])
     settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
