@@ -6,7 +6,8 @@ climbing; the mean simulated step time of their end placements) with
 - the shipped policy (or `--policy DIR`), zero-shot;
 - a policy trained on that member alone from fresh weights (`--per-graph-episodes`, 0 to skip);
 - untrained weights (the control) and uniform random actions from the same starts;
-against the best fast baseline. Prints every row and the averages the targets are stated in.
+against the best fast baseline. Prints every row and the averages the targets are stated in; each
+figure's row also counts the end placements that run out of device memory (`*_oom` in the JSON).
 
     python benchmarks/generalization.py --held-out 100-109 --clusters 2xK80 4xV100 8xV100 \\
         --per-graph-episodes 256 --out docs/generalization.json
@@ -26,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learning import random_actions  # noqa: E402
+from learning import mean_and_oom, random_actions  # noqa: E402
 
 
 def members(spec: str) -> list[int]:
@@ -45,17 +46,21 @@ def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_gr
 
     simulator = problem.simulator()
 
-    def alone(network) -> float:
-        placements = Actor(problem, network, seed).episodes("random", starts, greedy=True, seed=10_000 + seed)
-        return float(np.mean([simulator.run(p)[0] for p in placements]))
+    result = {"graph": name, "cluster": cluster, "best_baseline_s": search.best_baseline(problem, seed).step_time_s}
 
-    result = {"graph": name, "cluster": cluster, "best_baseline_s": search.best_baseline(problem, seed).step_time_s,
-              "zero_shot_s": alone(policy), "untrained_s": alone(PlacetoNetwork(**{**policy.config, "seed": seed})),
-              "random_actions_s": float(np.mean([simulator.run(p)[0] for p in
-                                                 random_actions(problem, starts, 10_000 + seed)]))}
+    def record(key: str, placements) -> None:
+        """The mean step time of `placements` as `key`_s, and how many do not fit as `key`_oom."""
+        result[f"{key}_s"], result[f"{key}_oom"] = mean_and_oom(simulator, placements)
+
+    def alone(network) -> list:
+        return Actor(problem, network, seed).episodes("random", starts, greedy=True, seed=10_000 + seed)
+
+    record("zero_shot", alone(policy))
+    record("untrained", alone(PlacetoNetwork(**{**policy.config, "seed": seed})))
+    record("random_actions", random_actions(problem, starts, 10_000 + seed))
     if per_graph_episodes:
         trained = train(problem, episodes=per_graph_episodes, seed=seed, progress=False)
-        result["per_graph_s"] = alone(trained.exported_network())
+        record("per_graph", alone(trained.exported_network()))
         result["per_graph_wall_s"] = trained.wall_s
     return result
 
@@ -122,6 +127,8 @@ def figures(rows: list[dict]) -> dict:
               "untrained_over_zero_shot": float(np.mean([1 / x for x in over_untrained])),
               "random_actions_over_zero_shot": float(np.mean([r["random_actions_s"] / r["zero_shot_s"]
                                                               for r in rows]))}
+    if all("zero_shot_oom" in r for r in rows):  # rows measured before OOM was counted have no count
+        result["zero_shot_oom_rows"] = sum(r["zero_shot_oom"] > 0 for r in rows)
     over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in rows if "per_graph_s" in r]
     if over_per_graph:
         result.update(per_graph_rows=len(over_per_graph), zero_shot_over_per_graph=float(np.mean(over_per_graph)),
@@ -135,6 +142,8 @@ def averages(rows: list[dict]) -> str:
     text = (f"{f['rows']} rows; zero-shot / best fast baseline: mean {f['zero_shot_over_best_baseline']:.3f}; "
             f"zero-shot / untrained: mean {f['zero_shot_over_untrained']:.3f} "
             f"(untrained / zero-shot {f['untrained_over_zero_shot']:.2f}x)")
+    if "zero_shot_oom_rows" in f:
+        text += f"; zero-shot out of memory on {f['zero_shot_oom_rows']} rows"
     if "per_graph_rows" in f:
         text += (f"; zero-shot / per-graph ({f['per_graph_rows']} rows): mean {f['zero_shot_over_per_graph']:.3f}, "
                  f"worst {f['zero_shot_over_per_graph_worst']:.3f}")

@@ -79,6 +79,12 @@ def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:
     return [s["placement"] for s in env.pop_summaries()]
 
 
+def mean_and_oom(simulator, placements) -> tuple[float, int]:
+    """(mean simulated step time, how many of the placements run out of memory)."""
+    runs = [simulator.run(p) for p in placements]
+    return float(np.mean([r[0] for r in runs])), sum(r[2] for r in runs)
+
+
 def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: int, seed: int,
               config: dict, log) -> dict:
     from tfplaceto import search
@@ -90,9 +96,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     simulator = problem.simulator()
 
     def measured(placements) -> tuple[float, int]:
-        """(mean simulated step time, how many of the placements run out of memory)."""
-        runs = [simulator.run(p) for p in placements]
-        return float(np.mean([r[0] for r in runs])), sum(r[2] for r in runs)
+        return mean_and_oom(simulator, placements)
 
     baseline_runs = {m: simulator.run(run(m, problem, seed=seed)) for m in COMPARED_BASELINES}
     baselines = {m: float(r[0]) for m, r in baseline_runs.items()}
