@@ -124,7 +124,8 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
             evaluation_s[0] += time.perf_counter() - began
             curve.append({"episode": entry["episode"], "wall_s": wall, "step_time_s": step_time, "oom": oom})
             log(f"{name} {cluster}: episode {entry['episode']}, policy alone {step_time * 1e3:.3f} ms "
-                f"({step_time / best:.3f}x best baseline)" + (f", {oom}/{starts} out of memory" if oom else ""))
+                f"({step_time / best:.3f}x best baseline)" + (f", {oom}/{starts} out of memory" if oom else "")
+                + f"; best sampled so far {entry['best_step_time_s'] * 1e3:.3f} ms (a search's figure)")
 
     result = train(problem, episodes=episodes, seed=seed, network=network, progress=False,
                    callback=on_episode, **config)
