@@ -236,9 +236,15 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
                                    network.embed(statics, origin))
         np.testing.assert_allclose(recomputed.numpy(), acted[t], rtol=1e-5, atol=1e-5)
     valid = tf.constant((step_type != ts.StepType.LAST).astype(np.float32))
-    chosen, group, groups = (x.numpy() for x in agent._select(valid, tf.constant(ages)))
+    chosen, group, groups = (x.numpy() for x in agent._select(valid, tf.constant(ages), tf.zeros_like(valid)))
     assert sorted(chosen) == list(np.flatnonzero(valid.numpy().reshape(-1)))  # every valid step once
     np.testing.assert_array_equal(groups[group], chosen - ages.reshape(-1)[chosen])  # from its embedding
+    # A sample with room for one lane's groups takes all of a kept (imitation) lane's.
+    lane_groups = int(((ages[1] == 0) & (valid.numpy()[1] > 0)).sum())
+    sampled = PlacetoAgent(*specs(env), network, statics, max_train_steps=3 * lane_groups)
+    kept = valid * tf.constant([[0.0], [1.0]])
+    chosen, _, _ = (x.numpy() for x in sampled._select(valid, tf.constant(ages), kept))
+    assert sorted(chosen) == list(np.flatnonzero(kept.numpy().reshape(-1)))
 
 
 @pytest.mark.parametrize("refresh_every", [0, 2.5, True])

@@ -11,7 +11,11 @@ GraphStatics, `pack`, the observation itself) is `observation.py`.
 
 Views. "full" (the paper's): every node's current device and the simulated schedule of the whole
 current placement. "placed": only what the episode has placed so far: the devices of the visited
-nodes, nothing of the schedule, of the current class's own device or of where its consumers are.
+nodes, nothing of the schedule, of the current class's own device or of where its consumers are;
+in place of the simulated peak memory of each device it sees the memory the visited nodes there
+claim (their persistent and output bytes, with the current class's added on the device it would
+go to; on the single device of the built-in graphs within 1.0-2.3x of the simulated peak), so a
+policy can see a device fill up before the OOM penalty says so.
 From a random start the nodes not yet visited sit on random devices and every one of them will be
 visited again; what "full" shows of them is noise for the end placement, and a policy must learn
 to ignore it. With "placed" a greedy episode ends at the same placement from every start; the
@@ -105,7 +109,10 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     current_onehot = tf.one_hot(current_device, num_devices) * (0.0 if placed else 1.0)  # (B, D)
     start, end, peak, busy, step_time = (obs[START], obs[END], obs[PEAK], obs[BUSY], obs[STEP_TIME])
     if placed:  # the schedule of a placement that is partly random
-        start, end, peak, busy, step_time = (tf.zeros_like(x) for x in (start, end, peak, busy, step_time))
+        start, end, busy, step_time = (tf.zeros_like(x) for x in (start, end, busy, step_time))
+        claimed = static("claimed")  # (B, N) / smallest device memory
+        class_claimed = tf.reduce_sum(claimed * current, -1, keepdims=True)
+        peak = (tf.einsum("bn,bnd->bd", claimed, on_device) + class_claimed) / static("memory")
     current_start = tf.gather(start, rep, batch_dims=1)[:, None]
     compute = static("compute")  # (B, N, D)
     fastest = static("fastest")

@@ -104,6 +104,7 @@ class GraphStatics:
     step_descendants: np.ndarray  # (S, N) bool: nodes reachable from a node of the class
     memory_bytes: np.ndarray  # (D,)
     persistent_bytes: np.ndarray  # (N,)
+    output_bytes: np.ndarray  # (N,) bytes of each node's outputs per step
     bandwidth: np.ndarray  # (D, D) bytes/s, inf on the diagonal
     latency: np.ndarray  # (D, D) seconds
     allowed: np.ndarray  # (N, D) bool
@@ -219,7 +220,7 @@ def graph_statics(problem) -> GraphStatics:
         num_nodes=n, senders=senders, receivers=receivers, edge_bytes=nbytes, static_nodes=static,
         fastest_s=fastest, compute_s=compute, classes=classes, steps=steps, step_class=step_class,
         members=members, step_ancestors=step_ancestors, step_descendants=step_descendants,
-        memory_bytes=memory, persistent_bytes=persistent,
+        memory_bytes=memory, persistent_bytes=persistent, output_bytes=output,
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
         latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
         time_scale=time_scale)
@@ -235,6 +236,7 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         "compute": np.zeros((p, n, d), np.float32),  # / time scale
         "fastest": np.ones((p, n), np.float32),  # / time scale
         "persistent": np.zeros((p, n), np.float32),  # / smallest device memory
+        "claimed": np.zeros((p, n), np.float32),  # (persistent + output bytes) / smallest device memory
         "senders": np.full((p, e), n - 1, np.int32),
         "receivers": np.full((p, e), n - 1, np.int32),
         "edge_mask": np.zeros((p, e), np.float32),
@@ -259,6 +261,7 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         out["compute"][i, :nn, :dd] = st.compute_s / scale
         out["fastest"][i, :nn] = st.fastest_s / scale
         out["persistent"][i, :nn] = st.persistent_bytes / smallest
+        out["claimed"][i, :nn] = (st.persistent_bytes + st.output_bytes) / smallest
         out["senders"][i, :ee] = st.senders
         out["receivers"][i, :ee] = st.receivers
         out["edge_mask"][i, :ee] = 1.0

@@ -191,17 +191,20 @@ class PlacetoAgent(tf_agent.TFAgent):
                        initializer=tf.fill(tf.shape(first[0]), k - 1))
         return tf.transpose(ages)
 
-    def _select(self, valid: tf.Tensor, ages: tf.Tensor):
+    def _select(self, valid: tf.Tensor, ages: tf.Tensor, kept: tf.Tensor):
         """Which steps enter the gradient: (their flat indices, the group of each, the flat
         indices of the groups' embedding steps). A group is the steps scored from one `embed`;
-        all groups, or a seeded sample of about `max_train_steps` steps' worth of them."""
+        all groups, or a seeded sample of about `max_train_steps` steps' worth of them, in which
+        the groups of `kept` steps (imitation lanes: a replayed placement differs from the
+        policy's own in a few steps, which a sample would mostly miss) always are."""
         flat, flat_age = tf.reshape(valid, [-1]), tf.reshape(ages, [-1])
         embedded = flat * tf.cast(tf.equal(flat_age, 0), tf.float32)
         if self._max_train_steps is None:
             groups = tf.where(embedded > 0)[:, 0]
         else:
             seed = tf.stack([tf.constant(self._seed, tf.int64), tf.cast(self.train_step_counter, tf.int64)])
-            scores = tf.random.stateless_uniform(tf.shape(flat), seed=seed) + 2.0 * embedded
+            scores = (tf.random.stateless_uniform(tf.shape(flat), seed=seed)
+                      + embedded * (2.0 + 2.0 * tf.reshape(kept, [-1])))
             count = -(-self._max_train_steps // self._network.refresh_every)
             k = tf.minimum(tf.cast(tf.reduce_sum(embedded), tf.int32), count)
             groups = tf.cast(tf.math.top_k(scores, k=k, sorted=True).indices, tf.int64)
@@ -226,7 +229,7 @@ class PlacetoAgent(tf_agent.TFAgent):
         count = tf.maximum(tf.reduce_sum(own), 1.0)
         std = tf.sqrt(tf.reduce_sum(tf.square(advantages * own)) / count)
         advantages = advantages * own / (std + 1e-8) + imitated[:, None] * (valid - own)
-        steps, group, groups = self._select(valid, self.refresh_ages(experience.step_type))
+        steps, group, groups = self._select(valid, self.refresh_ages(experience.step_type), valid - own)
 
         def flat_gather(x, indices):
             return tf.gather(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), indices)
