@@ -66,8 +66,8 @@ class DirectedPropagation(snt.Module):
     """`rounds` rounds of message passing along the graph's edges (sender -> receiver).
 
     A round: each node takes the mean of relu(embedding) over the nodes that send to it, and adds
-    relu(linear([itself, that mean, the mean embedding of its received edges])) (residual, weights
-    shared across rounds). Both means are sparse-dense products with the batch's block-diagonal
+    relu(linear([itself, that mean]) + linear(the mean embedding of its received edges))
+    (residual, weights shared across rounds). Both means are sparse-dense products with the batch's block-diagonal
     mean-aggregation matrices (the edges' once, the nodes' once a round). Why not an EdgeBlock
     per round, or graph_nets' segment-mean aggregators: the
     network runs at every step of every episode, and gathering and segment-averaging per-edge
@@ -94,13 +94,23 @@ class DirectedPropagation(snt.Module):
                                           tf.stack([num_nodes, width]))
 
         by_sender = mean_over(tf.cast(graph.senders, tf.int64), num_nodes)
-        # The received edges' term is the same every round: computed once.
+        # The received edges' term (and the update's bias) is the same every round: added once.
         edge_term = self._edge_term(tf.sparse.sparse_dense_matmul(
             mean_over(tf.range(num_edges), num_edges), graph.edges))
+        w_node, w_received, bias = self._update_weights(nodes.shape[-1])  # after: seeded in this order
+        constant = edge_term + bias
         for _ in range(self._rounds):
             received = tf.sparse.sparse_dense_matmul(by_sender, tf.nn.relu(nodes))
-            nodes = nodes + tf.nn.relu(self._update(tf.concat([nodes, received], axis=-1)) + edge_term)
+            nodes = nodes + tf.nn.relu(tf.matmul(nodes, w_node) + tf.matmul(received, w_received) + constant)
         return nodes
+
+    def _update_weights(self, width: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The update layer's matrix as (its node half, its received half) and its bias: the
+        layer applied to [node, received] is the sum of the halves' products, without copying
+        both into one array every round (a memory pass that costs as much as the product)."""
+        if not hasattr(self._update, "w"):  # Sonnet creates them on the layer's first call
+            self._update(tf.zeros([1, 2 * width]))
+        return self._update.w[:width], self._update.w[width:], self._update.b
 
 
 def pooled_means(weights: tf.Tensor, embeddings: tf.Tensor) -> tf.Tensor:
