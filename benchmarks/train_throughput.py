@@ -6,12 +6,14 @@ load alike; each has one of the 2 cores on a quiet machine), each in its own pro
 reference engine runs from a git worktree of `--reference` (default: the commit before the
 lockstep engine), with that commit's own defaults (4 episodes per update, simulator lookahead);
 this engine with the shipped policy's configuration (`tfplaceto/policy/train.gin`: 16 lockstep
-episodes per batch, 4 updates per batch, one embedding per 8 steps; model selection off). A decision
+episodes per batch, 4 updates per batch, one embedding per 8 steps; model selection off), then
+the `--gin-param` bindings (repeatable; this engine only: a candidate configuration). A decision
 is one action (one node placed). Timed from the end of each engine's first update (its
 compiled functions are traced by then) to the end of its last, from its own training history.
 Last line: `throughput: new D/s vs reference R/s decisions = X.XXx`.
 
     python benchmarks/train_throughput.py --episodes 48 --new-episodes 320
+    python benchmarks/train_throughput.py --gin-param 'train.view="placed"' --gin-param train.refresh_every=1
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ except ImportError:  # engines from before policy/observation.py (the reference)
     from tfplaceto.policy.features import graph_statics
 from tfplaceto.problem import make_problem
 from tfplaceto.rl.train import train
-graph, cluster, episodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+graph, cluster, episodes, bindings = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 op_graph = tp.import_graph("builtin:" + graph)
 cluster = tp.Cluster.preset(cluster)
 problem = make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
@@ -45,6 +47,7 @@ if os.path.exists(shipped):  # the engine's shipped configuration, when it has o
     import gin
     gin.parse_config_file(shipped)
     gin.bind_parameter("train.select_every", None)  # evaluation for model selection: not training
+    gin.parse_config(bindings)  # --gin-param (this engine only)
 result = train(problem, episodes=episodes, seed=0, progress=False)
 # Steady state: from the end of the first update (tracing done) to the end of the last.
 history = result.history
@@ -56,9 +59,10 @@ print(json.dumps({"episodes": timed, "decisions": timed * steps, "wall_s": wall}
 """
 
 
-def start(checkout: str, graph: str, cluster: str, episodes: int) -> subprocess.Popen:
+def start(checkout: str, graph: str, cluster: str, episodes: int, bindings=()) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": checkout, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.Popen([sys.executable, "-c", _PROBE, graph, cluster, str(episodes)], env=env,
+    return subprocess.Popen([sys.executable, "-c", _PROBE, graph, cluster, str(episodes), json.dumps(list(bindings))],
+                            env=env,
                             cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -78,6 +82,9 @@ def main(argv=None) -> None:
     parser.add_argument("--new-episodes", type=int, default=320,
                         help="this engine's episodes: more, so that both run for about the same time")
     parser.add_argument("--reference", default=REFERENCE, help="git commit of the reference engine")
+    parser.add_argument("--gin-param", action="append", default=[], metavar="BINDING",
+                        help="a gin binding applied after train.gin to this engine only (repeatable), "
+                             "e.g. --gin-param 'train.view=\"placed\"'")
     args = parser.parse_args(argv)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory(prefix="tfplaceto-reference-") as tmp:
@@ -88,13 +95,15 @@ def main(argv=None) -> None:
         try:
             # Both engines at the same time, so that they share the machine's load alike.
             processes = [start(checkout, args.graph, args.cluster, args.episodes),
-                         start(here, args.graph, args.cluster, args.new_episodes)]
+                         start(here, args.graph, args.cluster, args.new_episodes, args.gin_param)]
             reference, new = result(processes[0], checkout), result(processes[1], here)
         finally:
             for process in processes:
                 process.kill()
             subprocess.run(["git", "-C", here, "worktree", "remove", "--force", checkout], check=False,
                            capture_output=True)
+    if args.gin_param:
+        print("this tree's engine with: " + " ".join(args.gin_param))
     print(f"{'engine':<28} {'episodes':>8} {'decisions':>10} {'wall s':>8} {'episodes/s':>10} {'decisions/s':>12}")
     for label, row in ((f"reference ({args.reference})", reference), ("lockstep (this tree)", new)):
         print(f"{label:<28} {row['episodes']:>8} {row['decisions']:>10} {row['wall_s']:>8.1f} "

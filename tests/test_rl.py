@@ -236,15 +236,23 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
                                    network.embed(statics, origin))
         np.testing.assert_allclose(recomputed.numpy(), acted[t], rtol=1e-5, atol=1e-5)
     valid = tf.constant((step_type != ts.StepType.LAST).astype(np.float32))
-    chosen, group, groups = (x.numpy() for x in agent._select(valid, tf.constant(ages), tf.zeros_like(valid)))
+    groups, slots, mask = (x.numpy() for x in agent._select(valid, tf.constant(ages), tf.zeros_like(valid)))
+    chosen, group = slots[mask > 0], (np.arange(len(slots)) // 3)[mask > 0]  # slot g * 3 + j: group g
     assert sorted(chosen) == list(np.flatnonzero(valid.numpy().reshape(-1)))  # every valid step once
     np.testing.assert_array_equal(groups[group], chosen - ages.reshape(-1)[chosen])  # from its embedding
+    # As the loss scores them: each group's one embedding for its 3 slots, the logits acted on.
+    observations = {k: np.stack([s.observation[k] for s in steps], axis=1).reshape((-1,) + s.observation[k].shape[1:])
+                    for k in steps[0].observation}
+    logits = network.score(statics, {k: tf.constant(v[slots]) for k, v in observations.items()},
+                           network.embed(statics, {k: tf.constant(v[groups]) for k, v in observations.items()}))
+    acted_flat = np.stack(acted, axis=1).reshape(-1, acted[0].shape[-1])  # [B * T, D]
+    np.testing.assert_allclose(logits.numpy()[mask > 0], acted_flat[chosen], rtol=1e-5, atol=1e-5)
     # A sample with room for one lane's groups takes all of a kept (imitation) lane's.
     lane_groups = int(((ages[1] == 0) & (valid.numpy()[1] > 0)).sum())
     sampled = PlacetoAgent(*specs(env), network, statics, max_train_steps=3 * lane_groups)
     kept = valid * tf.constant([[0.0], [1.0]])
-    chosen, _, _ = (x.numpy() for x in sampled._select(valid, tf.constant(ages), kept))
-    assert sorted(chosen) == list(np.flatnonzero(kept.numpy().reshape(-1)))
+    _, slots, mask = (x.numpy() for x in sampled._select(valid, tf.constant(ages), kept))
+    assert sorted(slots[mask > 0]) == list(np.flatnonzero(kept.numpy().reshape(-1)))
 
 
 @pytest.mark.parametrize("refresh_every", [0, 2.5, True])

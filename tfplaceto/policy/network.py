@@ -66,8 +66,8 @@ class DirectedPropagation(snt.Module):
     """`rounds` rounds of message passing along the graph's edges (sender -> receiver).
 
     A round: each node takes the mean of relu(embedding) over the nodes that send to it, and adds
-    relu(linear([itself, that mean, the mean embedding of its received edges])) (residual, weights
-    shared across rounds). Both means are sparse-dense products with the batch's block-diagonal
+    relu(linear([itself, that mean]) + linear(the mean embedding of its received edges))
+    (residual, weights shared across rounds). Both means are sparse-dense products with the batch's block-diagonal
     mean-aggregation matrices (the edges' once, the nodes' once a round). Why not an EdgeBlock
     per round, or graph_nets' segment-mean aggregators: the
     network runs at every step of every episode, and gathering and segment-averaging per-edge
@@ -94,13 +94,36 @@ class DirectedPropagation(snt.Module):
                                           tf.stack([num_nodes, width]))
 
         by_sender = mean_over(tf.cast(graph.senders, tf.int64), num_nodes)
-        # The received edges' term is the same every round: computed once.
+        # The received edges' term (and the update's bias) is the same every round: added once.
         edge_term = self._edge_term(tf.sparse.sparse_dense_matmul(
             mean_over(tf.range(num_edges), num_edges), graph.edges))
+        w_node, w_received, bias = self._update_weights(nodes.shape[-1])  # after: seeded in this order
+        constant = edge_term + bias
         for _ in range(self._rounds):
             received = tf.sparse.sparse_dense_matmul(by_sender, tf.nn.relu(nodes))
-            nodes = nodes + tf.nn.relu(self._update(tf.concat([nodes, received], axis=-1)) + edge_term)
+            nodes = nodes + tf.nn.relu(tf.matmul(nodes, w_node) + tf.matmul(received, w_received) + constant)
         return nodes
+
+    def _update_weights(self, width: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The update layer's matrix as (its node half, its received half) and its bias: the
+        layer applied to [node, received] is the sum of the halves' products, without copying
+        both into one array every round (a memory pass that costs as much as the product)."""
+        if not hasattr(self._update, "w"):  # Sonnet creates them on the layer's first call
+            self._update(tf.zeros([1, 2 * width]))
+        return self._update.w[:width], self._update.w[width:], self._update.b
+
+
+def pooled_means(weights: tf.Tensor, embeddings: tf.Tensor) -> tf.Tensor:
+    """Weighted means of node embeddings (B, M, H): sum_n weights[b, m, n] * embeddings[g, n] /
+    max(sum_n weights[b, m, n], 1), where embeddings (G, N, H) serve consecutive observations:
+    row g those of observations g*k .. g*k + k - 1 (k = B / G; 1 when acting, the steps of one
+    `embed` in the loss). One batched matmul per embedding row: gathering the embeddings per
+    observation instead costs a (B, N, H) copy and its gradient, the largest part of an update."""
+    groups = tf.shape(embeddings)[0]
+    shape = tf.shape(weights)  # (B, M, N)
+    grouped = tf.reshape(weights, [groups, -1, shape[2]])  # (G, k * M, N)
+    sums = tf.reshape(tf.matmul(grouped, embeddings), [shape[0], shape[1], embeddings.shape[-1]])
+    return sums / tf.maximum(tf.reduce_sum(weights, -1, keepdims=True), 1.0)
 
 
 class ContextPooling(snt.Module):
@@ -112,17 +135,14 @@ class ContextPooling(snt.Module):
                              for kind in ("ancestors", "descendants", "parallel")]
 
     def __call__(self, embeddings: tf.Tensor, features: F.Features) -> tf.Tensor:
+        """`embeddings` (G, N, H) as `pooled_means` reads them."""
         mask, current = features.node_mask, features.current
         ancestors, descendants = features.ancestors, features.descendants
         parallel = mask * (1.0 - ancestors) * (1.0 - descendants) * (1.0 - current)
-
-        def mean(weights):
-            total = tf.reduce_sum(weights, -1, keepdims=True)
-            return tf.einsum("bn,bnh->bh", weights, embeddings) / tf.maximum(total, 1.0)
-
-        pooled = [aggregate(mean(weights)) for aggregate, weights in
-                  zip(self._aggregators, (ancestors, descendants, parallel))]
-        return tf.concat([mean(current)] + pooled, axis=-1)
+        means = tf.unstack(pooled_means(tf.stack([current, ancestors, descendants, parallel], 1), embeddings),
+                           axis=1)
+        pooled = [aggregate(mean) for aggregate, mean in zip(self._aggregators, means[1:])]
+        return tf.concat([means[0]] + pooled, axis=-1)
 
 
 class DeviceScorer(snt.Module):
@@ -142,13 +162,15 @@ class DeviceScorer(snt.Module):
         self._linear = snt.Linear(1, w_init=snt.initializers.Zeros(), name="linear")
 
     def __call__(self, context: tf.Tensor, embeddings: tf.Tensor, features: F.Features) -> tf.Tensor:
+        """`embeddings` (G, N, H) as `pooled_means` reads them."""
         devices = features.devices  # (B, D, F)
         num_devices = tf.shape(devices)[1]
-        on_device = tf.one_hot(features.placement, num_devices) * features.node_mask[..., None]
-        count = tf.maximum(tf.reduce_sum(on_device, axis=1), 1.0)[..., None]
-        device_nodes = tf.einsum("bnd,bnh->bdh", on_device, embeddings) / count  # (B, D, H)
-        if not self._nodes_on_device:
-            device_nodes = tf.zeros_like(device_nodes)
+        if self._nodes_on_device:
+            on_device = (tf.cast(tf.equal(features.placement[:, None, :], tf.range(num_devices)[None, :, None]),
+                                 tf.float32) * features.node_mask[:, None, :])  # (B, D, N) one-hot
+            device_nodes = pooled_means(on_device, embeddings)  # (B, D, H)
+        else:  # zeros of that shape, without computing what they replace
+            device_nodes = tf.zeros([tf.shape(devices)[0], num_devices, embeddings.shape[-1]])
         tiled = tf.tile(context[:, None, :], tf.stack([1, num_devices, 1]))
         inputs = tf.concat([tiled, devices, device_nodes], axis=-1)
         logits = tf.squeeze(self._mlp(inputs) + self._linear(devices), -1)
@@ -239,7 +261,9 @@ class PlacetoNetwork(snt.Module):
     def score(self, statics: dict, observation: dict, embeddings: tf.Tensor) -> tf.Tensor:
         """Masked logits (B, D) of the current class of each observation, from node embeddings
         (`embed` of this observation, or of one a few steps earlier in the same episode) and the
-        observation's own (class, device) features."""
+        observation's own (class, device) features. `embeddings` is (B, N, H), one row per
+        observation, or (G, N, H) with B = G * k: row g for observations g*k .. g*k + k - 1
+        (the loss scores the steps of one `embed` together without copying it per step)."""
         features = F.compute_features(statics, observation, self._config["view"])
         context = self._pooling(embeddings, features)
         self._built = True

@@ -192,11 +192,15 @@ class PlacetoAgent(tf_agent.TFAgent):
         return tf.transpose(ages)
 
     def _select(self, valid: tf.Tensor, ages: tf.Tensor, kept: tf.Tensor):
-        """Which steps enter the gradient: (their flat indices, the group of each, the flat
-        indices of the groups' embedding steps). A group is the steps scored from one `embed`;
-        all groups, or a seeded sample of about `max_train_steps` steps' worth of them, in which
-        the groups of `kept` steps (imitation lanes: a replayed placement differs from the
-        policy's own in a few steps, which a sample would mostly miss) always are."""
+        """Which steps enter the gradient, laid out by the embedding they are scored from: (the
+        flat indices of the chosen groups' embedding steps (G,), the flat indices of their
+        slots (G * k,), k = `refresh_every`: slot g * k + j is step groups[g] + j, and the mask of
+        the slots that are steps of that group (G * k,): 0 past a group's end). A group is the
+        steps scored from one `embed`: all groups, or a seeded sample of about `max_train_steps`
+        steps' worth of them, in which the groups of `kept` steps (imitation lanes: a
+        replayed placement differs from the policy's own in a few steps, which a sample would
+        mostly miss) always are."""
+        k = self._network.refresh_every
         flat, flat_age = tf.reshape(valid, [-1]), tf.reshape(ages, [-1])
         embedded = flat * tf.cast(tf.equal(flat_age, 0), tf.float32)
         if self._max_train_steps is None:
@@ -205,15 +209,17 @@ class PlacetoAgent(tf_agent.TFAgent):
             seed = tf.stack([tf.constant(self._seed, tf.int64), tf.cast(self.train_step_counter, tf.int64)])
             scores = (tf.random.stateless_uniform(tf.shape(flat), seed=seed)
                       + embedded * (2.0 + 2.0 * tf.reshape(kept, [-1])))
-            count = -(-self._max_train_steps // self._network.refresh_every)
-            k = tf.minimum(tf.cast(tf.reduce_sum(embedded), tf.int32), count)
-            groups = tf.cast(tf.math.top_k(scores, k=k, sorted=True).indices, tf.int64)
+            count = -(-self._max_train_steps // k)
+            chosen = tf.minimum(tf.cast(tf.reduce_sum(embedded), tf.int32), count)
+            groups = tf.cast(tf.math.top_k(scores, k=chosen, sorted=True).indices, tf.int64)
         size = tf.size(flat, out_type=tf.int64)
-        group_of = tf.tensor_scatter_nd_update(tf.fill([size], -1), groups[:, None],
-                                               tf.range(tf.size(groups)))
-        group = tf.gather(group_of, tf.range(size) - tf.cast(flat_age, tf.int64))
-        steps = tf.where((flat > 0) & (group >= 0))[:, 0]
-        return steps, tf.gather(group, steps), groups
+        offsets = tf.range(k, dtype=tf.int64)
+        slots = groups[:, None] + offsets  # (G, k)
+        inside = slots < size
+        slots = tf.minimum(slots, size - 1)
+        # Step groups[g] + j belongs to group g when its age is j (no `embed` since) and it is valid.
+        mask = inside & tf.equal(tf.cast(tf.gather(flat_age, slots), tf.int64), offsets) & (tf.gather(flat, slots) > 0)
+        return groups, tf.reshape(slots, [-1]), tf.reshape(tf.cast(mask, tf.float32), [-1])
 
     def _loss(self, experience, weights=None, training: bool = False, imitation=None):
         rewards = tf.cast(experience.reward, tf.float32)
@@ -229,28 +235,30 @@ class PlacetoAgent(tf_agent.TFAgent):
         count = tf.maximum(tf.reduce_sum(own), 1.0)
         std = tf.sqrt(tf.reduce_sum(tf.square(advantages * own)) / count)
         advantages = advantages * own / (std + 1e-8) + imitated[:, None] * (valid - own)
-        steps, group, groups = self._select(valid, self.refresh_ages(experience.step_type), valid - own)
+        groups, slots, mask = self._select(valid, self.refresh_ages(experience.step_type), valid - own)
 
         def flat_gather(x, indices):
             return tf.gather(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), indices)
 
-        # The embeddings the policy scored each chosen step from, recomputed at their steps.
+        # The embeddings the policy scored the chosen steps from, recomputed at their steps; each
+        # scores the k slots after it (`PlacetoNetwork.score` with G embeddings for G * k steps).
         embeddings = self._network.embed(
             self._statics, tf.nest.map_structure(lambda x: flat_gather(x, groups), experience.observation))
-        observation = tf.nest.map_structure(lambda x: flat_gather(x, steps), experience.observation)
-        logits = self._network.score(self._statics, observation, tf.gather(embeddings, group))
+        observation = tf.nest.map_structure(lambda x: flat_gather(x, slots), experience.observation)
+        logits = self._network.score(self._statics, observation, embeddings)
         log_probabilities = tf.nn.log_softmax(logits)
-        actions = flat_gather(experience.action, steps)
+        actions = flat_gather(experience.action, slots)
         log_prob = tf.gather(log_probabilities, actions, batch_dims=1)
         probabilities = tf.exp(log_probabilities)
         entropy = -tf.reduce_sum(probabilities * log_probabilities, axis=-1)
-        policy_loss = -tf.reduce_mean(flat_gather(advantages, steps) * log_prob)
-        mean_entropy = tf.reduce_mean(entropy)
+        steps = tf.maximum(tf.reduce_sum(mask), 1.0)
+        policy_loss = -tf.reduce_sum(mask * flat_gather(advantages, slots) * log_prob) / steps
+        mean_entropy = tf.reduce_sum(mask * entropy) / steps
         total = policy_loss - self.entropy_coefficient * mean_entropy
         return tf_agent.LossInfo(total, PlacetoLossInfo(
             policy_loss=policy_loss, entropy=mean_entropy,
             mean_return=tf.reduce_sum(returns[:, 0] * own[:, 0]) / tf.maximum(tf.reduce_sum(own[:, 0]), 1.0),
-            train_steps=tf.size(steps)))
+            train_steps=tf.cast(tf.reduce_sum(mask), tf.int32)))
 
     # -- train step ------------------------------------------------------------------------------
     def _train(self, experience, weights=None, imitation=None):
