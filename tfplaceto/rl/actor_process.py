@@ -99,7 +99,8 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
                                shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]))
     network = PlacetoNetwork(**job["network"])
     network.warm_up()
-    policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed)
+    policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,
+                           jit_score=True)
     py_policy = CompiledPyPolicy(policy, job["lanes"])
     container = reverb_variable_container.ReverbVariableContainer(address, table_names=[reverb_items.VARIABLES])
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
