@@ -160,6 +160,32 @@ def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_dev
         env.step(np.array([0, 0, 0], np.int32))
 
 
+def test_the_compiled_py_policy_acts_as_the_eager_one_and_keeps_its_state_as_tensors():
+    # Also with the XLA-compiled scoring of sampled actions (the agent's collect policy's).
+    from tf_agents.policies import py_tf_eager_policy
+
+    from tfplaceto.rl.acting import CompiledPyPolicy, collect, specs
+    from tfplaceto.rl.agent import PlacetoPolicy
+
+    problem = layered(seed=4)
+    runs = []
+    for wrap, jit in ((lambda p: py_tf_eager_policy.PyTFEagerPolicy(p, use_tf_function=True, batch_time_steps=False),
+                       False), (lambda p: CompiledPyPolicy(p, 4), False), (lambda p: CompiledPyPolicy(p, 4), True)):
+        env = PlacementEnvironment(problem, batch_size=4, initial="random", seed=5)
+        network = PlacetoNetwork(hidden=8, rounds=2, seed=0, refresh_every=3)
+        policy = wrap(PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims)), seed=2,
+                                    jit_score=jit))
+        time_step, actions = env.reset(), []
+        for _ in range(2):
+            experience, _, time_step = collect(env, policy, time_step)
+            actions.append(experience.action)
+        runs.append(actions)
+    np.testing.assert_array_equal(runs[0], runs[1])
+    np.testing.assert_array_equal(runs[0], runs[2])
+    step = policy.action(env.reset(), policy.get_initial_state(4))
+    assert isinstance(step.action, np.ndarray) and isinstance(step.state["embeddings"], tf.Tensor)
+
+
 def test_colocated_nodes_move_together():
     problem = layered(seed=3)
     graph = problem.graph

@@ -237,7 +237,7 @@ def test_kernel_matches_reference(problem):
 
 @SETTINGS
 @given(problems())
-def test_run_run_batch_and_result_agree(problem):
+def test_run_run_batch_schedule_batch_and_result_agree(problem):
     graph, cluster, compute, device_of = problem
     sim = Simulator(graph, cluster, compute)
     step, peak, oom = sim.run(device_of)
@@ -248,6 +248,11 @@ def test_run_run_batch_and_result_agree(problem):
     steps, peaks, ooms = sim.run_batch(np.stack([device_of, np.zeros_like(device_of)]))
     assert steps[0] == step and peaks[0].tolist() == peak.tolist() and ooms[0] == oom
     assert steps[1] == sim.run(np.zeros_like(device_of))[0]
+    starts, ends, peaks = sim.schedule_batch(np.stack([device_of, np.zeros_like(device_of)]))
+    for row, devices in enumerate((device_of, np.zeros_like(device_of))):
+        start, end, peak = sim.schedule(devices)
+        assert starts[row].tolist() == start.tolist() and ends[row].tolist() == end.tolist()
+        assert peaks[row].tolist() == peak.tolist()
 
 
 # -- properties ----------------------------------------------------------------------------------------

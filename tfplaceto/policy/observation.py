@@ -15,7 +15,8 @@ a few (N,) arrays per episode, not the graph. Map of the file:
   pack               the statics of several problems padded to one Dims and stacked: the tensors
                      the network gathers from by each observation's PROBLEM index.
   observation        one episode's observation as numpy arrays (`fill_observation`: one row of a
-                     batch, what the environment writes).
+                     batch; `fill_observations`: the rows of several episodes of one problem, what
+                     the environment writes).
 
 Scales: times are divided by the problem's `time_scale` (its lower bound: max(critical path,
 total compute / devices) on the fastest devices), so the features of a graph keep their meaning
@@ -298,17 +299,26 @@ def observation(statics: GraphStatics, dims: Dims, problem: int, step: int, plac
 def fill_observation(obs: dict, row: int, statics: GraphStatics, problem: int, step: int, placement,
                      visited, start_s, end_s, busy_s, peak_bytes, step_time_s) -> None:
     """Writes one episode's observation into row `row` of the batched arrays `obs`."""
+    fill_observations(obs, np.array([row]), statics, problem, np.array([step]), np.asarray(placement)[None],
+                      np.asarray(visited)[None], np.asarray(start_s)[None], np.asarray(end_s)[None],
+                      np.asarray(busy_s)[None], np.asarray(peak_bytes)[None], np.array([step_time_s]))
+
+
+def fill_observations(obs: dict, rows: np.ndarray, statics: GraphStatics, problem: int, steps: np.ndarray,
+                      placements, visited, starts_s, ends_s, busy_s, peak_bytes, step_times_s) -> None:
+    """`fill_observation` for several episodes of one problem at once: rows `rows` (k,) of the
+    batched arrays `obs` from the episodes' arrays stacked (k, ...)."""
     n, d = statics.num_nodes, statics.num_devices
     scale = statics.time_scale
-    obs[PROBLEM][row] = problem
-    obs[STEP][row] = step
-    obs[PLACEMENT][row, :n] = placement
-    obs[PLACEMENT][row, n:] = 0
-    obs[VISITED][row, :n] = visited
-    obs[START][row, :n] = np.minimum(start_s / scale, 1e3)
-    obs[END][row, :n] = np.minimum(end_s / scale, 1e3)
-    obs[BUSY][row, :d] = busy_s / scale
-    obs[PEAK][row, :d] = peak_bytes / statics.memory_bytes
-    obs[STEP_TIME][row] = step_time_s / scale
-    obs[ACTION_MASK][row] = False
-    obs[ACTION_MASK][row, :d] = statics.allowed[statics.steps[min(step, statics.num_steps - 1)]]
+    obs[PROBLEM][rows] = problem
+    obs[STEP][rows] = steps
+    obs[PLACEMENT][rows, :n] = placements
+    obs[PLACEMENT][rows, n:] = 0
+    obs[VISITED][rows, :n] = visited
+    obs[START][rows, :n] = np.minimum(starts_s / scale, 1e3)
+    obs[END][rows, :n] = np.minimum(ends_s / scale, 1e3)
+    obs[BUSY][rows, :d] = busy_s / scale
+    obs[PEAK][rows, :d] = peak_bytes / statics.memory_bytes
+    obs[STEP_TIME][rows] = step_times_s / scale
+    obs[ACTION_MASK][rows] = False
+    obs[ACTION_MASK][rows, :d] = statics.allowed[statics.steps[np.minimum(steps, statics.num_steps - 1)]]

@@ -27,14 +27,13 @@ import numpy as np
 import reverb
 import tensorflow as tf
 from tf_agents.experimental.distributed import reverb_variable_container
-from tf_agents.policies import py_tf_eager_policy
 
 from tfplaceto import errors
 from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
 from tfplaceto.rl import reverb_items
-from tfplaceto.rl.acting import collect, specs
+from tfplaceto.rl.acting import CompiledPyPolicy, collect, specs
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.logdir import problem_fingerprints
@@ -100,8 +99,9 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
                                shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]))
     network = PlacetoNetwork(**job["network"])
     network.warm_up()
-    policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed)
-    py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
+    policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,
+                           jit_score=True)
+    py_policy = CompiledPyPolicy(policy, job["lanes"])
     container = reverb_variable_container.ReverbVariableContainer(address, table_names=[reverb_items.VARIABLES])
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
     variables = {reverb_items.POLICY_KEY: network.variables, reverb_items.TRAIN_STEP_KEY: train_step}

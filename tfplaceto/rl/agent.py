@@ -55,10 +55,15 @@ class PlacetoPolicy(tf_policy.TFPolicy):
       network: a `PlacetoNetwork`.
       statics: the packed statics (tensors) of the problems the observations index.
       seed: seeds the sampling generator.
+      jit_score: sampled actions (`action`, what collection calls at every step) score through
+        an XLA-compiled `network.score` (the same function up to float rounding: the ~300 small
+        ops of the scoring path fused, ~1.3 ms less a step of 16 lanes on cifar10-cells/0). The
+        logits and distribution (what `GreedyPolicy`, a saved policy and `Actor` use) stay plain:
+        XLA compiles once per input shape.
     """
 
     def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict, seed: int = 0,
-                 name: str | None = None):
+                 name: str | None = None, jit_score: bool = False):
         self._refresh_every = network.refresh_every
         state_spec = ()
         if self._refresh_every > 1:
@@ -70,6 +75,8 @@ class PlacetoPolicy(tf_policy.TFPolicy):
         self._network = network
         self._statics = statics
         self._generator = tf.random.Generator.from_seed(seed)
+        self._sampling_score = (tf.function(network.score, jit_compile=True, autograph=False) if jit_score
+                                else network.score)
 
     @property
     def network(self) -> snt.Module:
@@ -82,11 +89,13 @@ class PlacetoPolicy(tf_policy.TFPolicy):
     def _variables(self):
         return self._network.variables
 
-    def logits(self, time_step, policy_state=()) -> tuple[tf.Tensor, object]:
-        """(masked logits (B, D), the next policy state) for a batch of time steps."""
+    def logits(self, time_step, policy_state=(), sampling: bool = False) -> tuple[tf.Tensor, object]:
+        """(masked logits (B, D), the next policy state) for a batch of time steps (`sampling`:
+        for `action`, scored as `jit_score` says)."""
         observation = time_step.observation
+        score = self._sampling_score if sampling else self._network.score
         if self._refresh_every == 1:
-            return self._network(self._statics, observation), policy_state
+            return score(self._statics, observation, self._network.embed(self._statics, observation)), policy_state
         age, cached = policy_state["age"], policy_state["embeddings"]
         refresh = time_step.is_first() | (age + 1 >= self._refresh_every)
         # The episodes of a batch run in lockstep, so they refresh together: one `embed` call.
@@ -95,7 +104,7 @@ class PlacetoPolicy(tf_policy.TFPolicy):
             lambda: tf.where(refresh[:, None, None], self._network.embed(self._statics, observation), cached),
             lambda: cached)
         state = {"embeddings": embeddings, "age": tf.where(refresh, 0, age + 1)}
-        return self._network.score(self._statics, observation, embeddings), state
+        return score(self._statics, observation, embeddings), state
 
     def _distribution(self, time_step, policy_state):
         logits, state = self.logits(time_step, policy_state)
@@ -104,7 +113,7 @@ class PlacetoPolicy(tf_policy.TFPolicy):
 
     def _action(self, time_step, policy_state, seed):
         del seed  # the policy's own generator makes runs reproducible and resumable
-        logits, state = self.logits(time_step, policy_state)
+        logits, state = self.logits(time_step, policy_state, sampling=True)
         uniform = self._generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
         action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1,
                            output_type=self.action_spec.dtype)
@@ -145,7 +154,7 @@ class PlacetoAgent(tf_agent.TFAgent):
         self._max_train_steps = max_train_steps
         self._seed = seed
         collect_policy = PlacetoPolicy(time_step_spec, action_spec, network, statics, seed=seed,
-                                       name="collect_policy")
+                                       name="collect_policy", jit_score=True)
         policy = greedy_policy.GreedyPolicy(collect_policy, name="greedy_policy")
         if train_step_counter is None:
             train_step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="train_step")

@@ -46,7 +46,7 @@ from tfplaceto.policy.observation import (
     GraphStatics,
     dims_for,
     empty_observations,
-    fill_observation,
+    fill_observations,
     graph_statics,
     observation_spec,
 )
@@ -211,13 +211,29 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     # -- episodes ----------------------------------------------------------------------------------
     def _simulate(self, lane: _Lane) -> None:
+        self._schedule([lane])
+        self._evaluate(lane)
+
+    def _schedule(self, lanes: list[_Lane]) -> None:
+        """Simulates the lanes' placements: one kernel call per problem among them."""
+        by_problem: dict[int, list[_Lane]] = {}
+        for lane in lanes:
+            by_problem.setdefault(lane.problem, []).append(lane)
+        for index, group in by_problem.items():
+            simulator = self._problems[index].simulator()
+            starts, ends, peaks = simulator.schedule_batch(np.stack([lane.placement for lane in group]))
+            for lane, start, end, peak in zip(group, starts, ends, peaks):
+                lane.start, lane.end, lane.peak = start, end, peak
+
+    def _evaluate(self, lane: _Lane) -> None:
+        """Step time, OOM and cost of a lane's simulated schedule; offered as the problem's best."""
         problem = self._problems[lane.problem]
-        simulator = problem.simulator()
-        lane.start, lane.end, lane.peak = simulator.schedule(lane.placement)
         # The fixed costs of a calibrated cluster's step (0 on presets): as Simulator.run counts.
-        lane.step_time = (float(lane.end.max()) if len(lane.end) else 0.0) + simulator.overhead_s(lane.placement)
-        lane.oom = bool((lane.peak > problem.memory_bytes).any())
-        lane.cost = placement_cost(lane.step_time, lane.peak, problem.memory_bytes, self._oom_penalty)
+        lane.step_time = (float(lane.end.max()) if len(lane.end) else 0.0) + problem.simulator().overhead_s(
+            lane.placement)
+        memory = lane.statics.memory_bytes  # the cluster's, as float64 (exact for integer bytes)
+        lane.oom = bool((lane.peak > memory).any())
+        lane.cost = placement_cost(lane.step_time, lane.peak, memory, self._oom_penalty)
         self._best[lane.problem].offer(lane.step_time, lane.oom, lane.placement)
 
     def _begin(self, lane: _Lane, index: int, placement: np.ndarray | None = None) -> None:
@@ -240,12 +256,24 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def _observe(self, step_type: np.ndarray, reward: np.ndarray) -> ts.TimeStep:
         obs = empty_observations(self._dims, self._batch)
+        by_problem: dict[int, list[int]] = {}
         for row, lane in enumerate(self._lanes):
-            step = lane.order[min(lane.t, len(lane.order) - 1)]
-            busy = np.bincount(lane.placement, weights=lane.end - lane.start,
-                               minlength=lane.statics.num_devices)
-            fill_observation(obs, row, lane.statics, lane.problem, step, lane.placement,
-                               lane.visited, lane.start, lane.end, busy, lane.peak, lane.step_time)
+            by_problem.setdefault(lane.problem, []).append(row)
+        for index, rows in by_problem.items():  # the lanes of one problem at once
+            lanes = [self._lanes[row] for row in rows]
+            statics = self._statics[index]
+            d = statics.num_devices
+            placements = np.stack([lane.placement for lane in lanes])
+            starts, ends = np.stack([lane.start for lane in lanes]), np.stack([lane.end for lane in lanes])
+            # Busy time of each (lane, device): one bincount over lane-offset device indices.
+            offsets = (np.arange(len(lanes)) * d)[:, None]
+            busy = np.bincount((placements + offsets).ravel(), weights=(ends - starts).ravel(),
+                               minlength=len(lanes) * d).reshape(len(lanes), d)
+            steps = np.array([lane.order[min(lane.t, len(lane.order) - 1)] for lane in lanes])
+            fill_observations(obs, np.array(rows), statics, index, steps, placements,
+                              np.stack([lane.visited for lane in lanes]), starts, ends, busy,
+                              np.stack([lane.peak for lane in lanes]),
+                              np.array([lane.step_time for lane in lanes]))
         discount = (step_type != ts.StepType.LAST).astype(np.float32)
         return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)
 
@@ -267,22 +295,33 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             return self._reset()
         step_type = np.full(self._batch, ts.StepType.MID)
         reward = np.zeros(self._batch)
+        # Every lane's action first, then the changed placements simulated in one kernel call,
+        # then the lanes in order (resets draw from the generator and offers reach the problem's
+        # best in lane order, as one lane at a time would).
+        previous = [lane.cost for lane in self._lanes]
+        moved = [not lane.done and self._act(lane, int(device)) for lane, device in zip(self._lanes, actions.tolist())]
+        self._schedule([lane for lane, changed in zip(self._lanes, moved) if changed])
         shared = None
-        for row, (lane, device) in enumerate(zip(self._lanes, actions.tolist())):
+        for row, lane in enumerate(self._lanes):
             if lane.done:  # auto-reset of this lane
                 if self._same_problem:
                     shared = self._sample_problem() if shared is None else shared
                 self._begin(lane, shared if shared is not None else self._sample_problem())
                 step_type[row] = ts.StepType.FIRST
                 continue
-            reward[row] = self._act(lane, int(device))
+            if moved[row]:
+                self._evaluate(lane)
+            # A placement with no cost at all (ops too small to cost) cannot improve: no reward.
+            reward[row] = (previous[row] - lane.cost) / lane.initial_cost if lane.initial_cost > 0 else 0.0
             if lane.t >= len(lane.order):
                 lane.done = True
                 step_type[row] = ts.StepType.LAST
                 self._summaries.append(self._summary(lane))
         return self._observe(step_type, reward)
 
-    def _act(self, lane: _Lane, device: int) -> float:
+    def _act(self, lane: _Lane, device: int) -> bool:
+        """Places the lane's current class on `device`; True when its placement changed (to be
+        simulated: an unchanged placement needs no simulation)."""
         statics = lane.statics
         step = lane.order[lane.t]
         node = statics.steps[step]
@@ -290,14 +329,12 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if not (0 <= device < problem.num_devices and statics.allowed[node, device]):
             raise ValueError(f"device {device} is masked for node {node} ({problem.graph.names[node]!r})")
         members = statics.members[step]
-        previous = lane.cost
         lane.visited[members] = 1.0
         lane.t += 1
-        if lane.placement[node] != device:  # an unchanged placement needs no simulation
-            lane.placement[members] = device
-            self._simulate(lane)
-        # A placement with no cost at all (ops too small to cost) cannot improve: no reward.
-        return (previous - lane.cost) / lane.initial_cost if lane.initial_cost > 0 else 0.0
+        if lane.placement[node] == device:
+            return False
+        lane.placement[members] = device
+        return True
 
     def _summary(self, lane: _Lane) -> dict:
         return {"problem": lane.problem, "initial_step_time_s": lane.initial_step_time,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.policies import policy_saver, py_policy, py_tf_eager_policy
+from tf_agents.policies import policy_saver, py_policy
 from tf_agents.trajectories import policy_step
 
 from tfplaceto.cluster import as_cluster
@@ -46,7 +46,7 @@ from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem, make_problem
 from tfplaceto.progress import tqdm
-from tfplaceto.rl.acting import Actor, collect, specs
+from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
 from tfplaceto.rl.environment import Best, PlacementEnvironment, placement_cost
 from tfplaceto.rl.logdir import (
@@ -284,8 +284,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
                          discount=discount, max_train_steps=max_train_steps, seed=seed)
-    policy = py_tf_eager_policy.PyTFEagerPolicy(agent.collect_policy, use_tf_function=True,
-                                                batch_time_steps=False)
+    policy = CompiledPyPolicy(agent.collect_policy, lanes)
     decay = max(entropy_decay_episodes, 1)
     best = [Best() for _ in problems]
     history: list[dict] = []

@@ -3,7 +3,8 @@
 Everything here is `numba.njit(cache=True)` over flat arrays (no Python objects), so one
 evaluation of a few hundred nodes costs tens of microseconds. `simulate_schedule` returns the full
 schedule (for SimResult and traces); `simulate_step` only the step time and peaks (the RL loop);
-`simulate_batch` evaluates many placements in one call (local search, batched rollouts).
+`simulate_batch` evaluates many placements in one call (local search, batched rollouts);
+`simulate_schedules` the start, end and peaks of many (the RL environment's lanes).
 
 Semantics (the contract `tests/test_sim.py` checks against a plain-Python reference):
 - Time advances from event to event. At an instant t, every completion at t is processed first
@@ -499,3 +500,28 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips
         peaks[b] = peak
         all_ok = all_ok and ok
     return steps, peaks, all_ok
+
+
+@numba.njit(cache=True)
+def simulate_schedules(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
+                       tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
+                       ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                       bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
+    """simulate_schedule for each row of devices (B, N): (node starts (B, N), node ends (B, N),
+    peaks (B, D), all ok), in one call (the arguments are unboxed once, not once per row)."""
+    n_batch, n_nodes = devices.shape
+    starts = np.empty((n_batch, n_nodes))
+    ends = np.empty((n_batch, n_nodes))
+    peaks = np.empty((n_batch, streams.shape[0]), np.int64)
+    all_ok = True
+    for b in range(n_batch):
+        schedule = simulate_schedule(devices[b], compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
+                                     prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
+                                     input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
+                                     persistent_bytes, streams, bandwidth, latency, control_hop, wait_idle,
+                                     group_of, group_slow)
+        starts[b] = schedule[0]
+        ends[b] = schedule[1]
+        peaks[b] = schedule[7]
+        all_ok = all_ok and schedule[8]
+    return starts, ends, peaks, all_ok

@@ -131,6 +131,14 @@ class Simulator:
             return _checked_indices(device_of, self._num_devices)
         return self.device_array(device_of)
 
+    def _batch_indices(self, devices) -> np.ndarray:
+        devices = np.asarray(devices)
+        if devices.ndim != 2 or devices.shape[1] != self._num_nodes or devices.dtype.kind not in "iu":
+            raise errors.InvalidGraphError(
+                f"expected an int array of shape (batch, {self._num_nodes}), got {devices.dtype} "
+                f"{devices.shape}")
+        return _checked_indices(devices, self._num_devices)
+
     def overhead_s(self, device_of) -> float:
         """The fixed seconds a step of this placement pays beyond its schedule: the cluster's
         step_overhead_s, plus task_overhead_s per task used other than the first device's."""
@@ -154,12 +162,7 @@ class Simulator:
 
     def run_batch(self, devices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """run() for each row of a (batch, nodes) int array: (steps (B,), peaks (B, D), oom (B,))."""
-        devices = np.asarray(devices)
-        if devices.ndim != 2 or devices.shape[1] != self._num_nodes or devices.dtype.kind not in "iu":
-            raise errors.InvalidGraphError(
-                f"expected an int array of shape (batch, {self._num_nodes}), got {devices.dtype} "
-                f"{devices.shape}")
-        devices = _checked_indices(devices, self._num_devices)
+        devices = self._batch_indices(devices)
         steps, peaks, ok = kernel.simulate_batch(devices, *self._args)
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
@@ -176,6 +179,15 @@ class Simulator:
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
         return start, end, peak
+
+    def schedule_batch(self, devices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """schedule() for each row of a (batch, nodes) int array, in one kernel call: (starts
+        (B, N), ends (B, N), peak bytes (B, D))."""
+        devices = self._batch_indices(devices)
+        starts, ends, peaks, ok = kernel.simulate_schedules(devices, *self._args)
+        if not ok:
+            raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
+        return starts, ends, peaks
 
     def result(self, device_of) -> SimResult:
         """The full SimResult (schedule, traces) of one placement.
