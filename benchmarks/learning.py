@@ -163,6 +163,9 @@ def plot(rows: list[dict], path: str) -> None:
         for ax, key, label in ((axes[0, col], "episode", "episodes"), (axes[1, col], "wall_s", "training wall s")):
             xs = [p[key] for p in row["curve"]]
             ax.plot(xs, [p["step_time_s"] * 1e3 for p in row["curve"]], "o-", label="policy alone (greedy, random starts)")
+            oom = [(x, p["step_time_s"] * 1e3) for x, p in zip(xs, row["curve"]) if p.get("oom")]
+            if oom:
+                ax.plot(*zip(*oom), "rx", markersize=9, label="some end placements out of memory")
             for value, style, name in ((row["best_baseline_s"], "k-", f"best baseline ({row['best_baseline']})"),
                                        (row["untrained_s"], "r--", "untrained weights"),
                                        (row["random_actions_s"], "m:", "uniform random actions")):
