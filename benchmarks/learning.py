@@ -95,9 +95,6 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     problem = problem_of(name, cluster)
     simulator = problem.simulator()
 
-    def measured(placements) -> tuple[float, int]:
-        return mean_and_oom(simulator, placements)
-
     baseline_runs = {m: simulator.run(run(m, problem, seed=seed)) for m in COMPARED_BASELINES}
     baselines = {m: float(r[0]) for m, r in baseline_runs.items()}
     baselines_oom = sorted(m for m, r in baseline_runs.items() if r[2])
@@ -109,10 +106,10 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     actor = Actor(problem, network, seed)  # one compiled function; it sees the weights as they train
 
     def policy_alone(acting=actor, start="random") -> tuple[float, int]:
-        return measured(acting.episodes(start, starts, greedy=True, seed=eval_seed))
+        return mean_and_oom(simulator, acting.episodes(start, starts, greedy=True, seed=eval_seed))
 
     untrained, untrained_oom = policy_alone()
-    random_moves, random_oom = measured(random_actions(problem, starts, eval_seed))
+    random_moves, random_oom = mean_and_oom(simulator, random_actions(problem, starts, eval_seed))
     curve = [{"episode": 0, "wall_s": 0.0, "step_time_s": untrained, "oom": untrained_oom}]
     evaluation_s = [0.0]
 

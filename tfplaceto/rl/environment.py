@@ -90,6 +90,14 @@ def initial_placement(problem: Problem, choice: Initial, rng: np.random.Generato
     return problem.tie(placement)
 
 
+def _rows_by_problem(lanes: Sequence[_Lane]) -> dict[int, list[int]]:
+    """Problem index -> the positions of its lanes in `lanes` (in order)."""
+    rows: dict[int, list[int]] = {}
+    for row, lane in enumerate(lanes):
+        rows.setdefault(lane.problem, []).append(row)
+    return rows
+
+
 class _Lane:
     """One episode's state."""
 
@@ -216,10 +224,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def _schedule(self, lanes: list[_Lane]) -> None:
         """Simulates the lanes' placements: one kernel call per problem among them."""
-        by_problem: dict[int, list[_Lane]] = {}
-        for lane in lanes:
-            by_problem.setdefault(lane.problem, []).append(lane)
-        for index, group in by_problem.items():
+        for index, rows in _rows_by_problem(lanes).items():
+            group = [lanes[row] for row in rows]
             simulator = self._problems[index].simulator()
             starts, ends, peaks = simulator.schedule_batch(np.stack([lane.placement for lane in group]))
             for lane, start, end, peak in zip(group, starts, ends, peaks):
@@ -256,10 +262,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
 
     def _observe(self, step_type: np.ndarray, reward: np.ndarray) -> ts.TimeStep:
         obs = empty_observations(self._dims, self._batch)
-        by_problem: dict[int, list[int]] = {}
-        for row, lane in enumerate(self._lanes):
-            by_problem.setdefault(lane.problem, []).append(row)
-        for index, rows in by_problem.items():  # the lanes of one problem at once
+        for index, rows in _rows_by_problem(self._lanes).items():  # the lanes of one problem at once
             lanes = [self._lanes[row] for row in rows]
             statics = self._statics[index]
             d = statics.num_devices
