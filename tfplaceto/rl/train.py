@@ -230,7 +230,7 @@ class TrainResult:
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
-          view: str = "full",
+          view: str = "full", nodes_on_device: bool | None = None,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
@@ -251,8 +251,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
       initial, order, oom_penalty, shared_start: see PlacementEnvironment (the paper's MDP:
         random starts; by default the lanes of a batch share theirs).
-      hidden, rounds, refresh_every, view: the network (`PlacetoNetwork`; ignored when `network`
-        is given).
+      hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
+        when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
@@ -279,7 +279,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                                oom_penalty=oom_penalty, shared_start=shared_start)
     packed = as_tensors(observation.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
-                                        view=view)
+                                        view=view, nodes_on_device=nodes_on_device)
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
