@@ -56,6 +56,7 @@ from tfplaceto.rl.logdir import (
     problem_fingerprints,
     write_json,
 )
+from tfplaceto.search import best_baseline
 
 
 # -- model selection ------------------------------------------------------------------------------
@@ -239,7 +240,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
-          select_problems: int = 6, self_imitation: float = 0.0,
+          select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
           collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
@@ -271,6 +272,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
       self_imitation: cloning weight of the best placement found so far, replayed from the start
         of each batch (`_SelfImitation`; 0: off, as in train.gin).
+      imitate_baseline: with `self_imitation`, the best fast baseline's placement of each problem
+        (`search.best_baseline`) is the best found until sampling finds a better one: a teacher.
+        Sampling alone may never find a split to imitate (cifar10-cells/0 with
+        `nodes_on_device`, whose policy piles everything on one device from the start), while a
+        placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
+        Off in train.gin.
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
@@ -350,6 +357,10 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         select()  # the reference: the weights training begins from
 
     imitator = _SelfImitation(env, self_imitation)
+    if imitate_baseline:
+        for index, problem in enumerate(problems):
+            teacher = best_baseline(problem, seed)
+            env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
     bar = None
     if progress:
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
