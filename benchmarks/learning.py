@@ -48,7 +48,7 @@ def problem_of(name: str, cluster: str):
 
 def fresh_network(seed: int):
     """Fresh weights built as `train` builds them: the network settings the gin file binds
-    (`train.hidden`, `rounds`, `refresh_every`, `view`), else `train`'s defaults."""
+    (`train.hidden`, `rounds`, `refresh_every`, `view`, `nodes_on_device`), else `train`'s defaults."""
     import inspect
 
     import gin
@@ -58,7 +58,7 @@ def fresh_network(seed: int):
 
     defaults = inspect.signature(train).parameters
     settings = {}
-    for name in ("hidden", "rounds", "refresh_every", "view"):
+    for name in ("hidden", "rounds", "refresh_every", "view", "nodes_on_device"):
         try:
             settings[name] = gin.query_parameter(f"train.{name}")
         except ValueError:  # not bound

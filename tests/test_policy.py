@@ -159,7 +159,8 @@ def test_with_the_placed_view_a_greedy_episode_ends_where_it_ends_from_any_start
     from tfplaceto.rl.acting import greedy_placements
 
     problem = diamond_problem("4xV100")
-    for view, one_end in (("placed", True), ("full", False)):
-        ends = greedy_placements(problem, PlacetoNetwork(hidden=8, rounds=2, seed=2, view=view), "random",
-                                 starts=8, seed=0)
-        assert (len({tuple(p) for p in ends}) == 1) == one_end, view
+    # The nodes-on-device embedding, with the placed view, is over the visited nodes only.
+    for view, nodes_on_device, one_end in (("placed", None, True), ("placed", True, True), ("full", None, False)):
+        network = PlacetoNetwork(hidden=8, rounds=2, seed=2, view=view, nodes_on_device=nodes_on_device)
+        ends = greedy_placements(problem, network, "random", starts=8, seed=0)
+        assert (len({tuple(p) for p in ends}) == 1) == one_end, (view, nodes_on_device)

@@ -510,6 +510,18 @@ def test_self_imitation_replays_the_best_placement_found_from_the_batch_start():
     np.testing.assert_array_equal(merged.observation["placement"][3, 0], following.observation["placement"][0, 0])
 
 
+def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement():
+    # The first batch already replays the teacher: the best found starts at the best fast
+    # baseline's placement (one chain per device here, 4 ms), which random episodes rarely reach.
+    problem = two_chains(length=4, megabytes=100)
+    teacher = search.best_baseline(problem)
+    common = dict(episodes=4, lanes=4, seed=0, hidden=8, rounds=2, self_imitation=1.0, select_every=None,
+                  progress=False)
+    assert train(problem, **common).best[0].step_time_s > teacher.step_time_s
+    taught = train(problem, imitate_baseline=True, **common)
+    assert taught.best[0].step_time_s == pytest.approx(teacher.step_time_s)
+
+
 def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():
     from tfplaceto.rl.acting import specs
     from tfplaceto.rl.agent import PlacetoAgent

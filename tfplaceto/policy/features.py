@@ -65,6 +65,7 @@ class Features:
     ancestors: object  # (B, N)
     descendants: object  # (B, N)
     placement: object  # (B, N) int32
+    seen: object  # (B, N): the nodes whose device the view shows (with "placed": the visited ones)
     devices: object  # (B, D, DEVICE_FEATURES)
     action_mask: object  # (B, D) bool
 
@@ -223,5 +224,5 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     ], -1) * allowed_f[..., None]
     return Features(nodes=nodes, edges=edges, senders=senders, receivers=receivers,
                     node_mask=node_mask, current=current, ancestors=ancestors,
-                    descendants=descendants, placement=placement, devices=devices,
+                    descendants=descendants, placement=placement, seen=seen, devices=devices,
                     action_mask=allowed)

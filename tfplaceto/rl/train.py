@@ -56,6 +56,7 @@ from tfplaceto.rl.logdir import (
     problem_fingerprints,
     write_json,
 )
+from tfplaceto.search import best_baseline
 
 
 # -- model selection ------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ class TrainResult:
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
-          view: str = "full",
+          view: str = "full", nodes_on_device: bool | None = None,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
@@ -239,7 +240,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
-          select_problems: int = 6, self_imitation: float = 0.0,
+          select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
           collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
@@ -251,8 +252,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
       initial, order, oom_penalty, shared_start: see PlacementEnvironment (the paper's MDP:
         random starts; by default the lanes of a batch share theirs).
-      hidden, rounds, refresh_every, view: the network (`PlacetoNetwork`; ignored when `network`
-        is given).
+      hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
+        when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
@@ -271,6 +272,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
       self_imitation: cloning weight of the best placement found so far, replayed from the start
         of each batch (`_SelfImitation`; 0: off, as in train.gin).
+      imitate_baseline: with `self_imitation`, the best fast baseline's placement of each problem
+        (`search.best_baseline`) is the best found until sampling finds a better one: a teacher.
+        Sampling alone may never find a split to imitate (cifar10-cells/0 with
+        `nodes_on_device`, whose policy piles everything on one device from the start), while a
+        placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
+        Off in train.gin.
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
@@ -279,7 +286,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                                oom_penalty=oom_penalty, shared_start=shared_start)
     packed = as_tensors(observation.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
-                                        view=view)
+                                        view=view, nodes_on_device=nodes_on_device)
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
@@ -350,6 +357,10 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         select()  # the reference: the weights training begins from
 
     imitator = _SelfImitation(env, self_imitation)
+    if imitate_baseline:
+        for index, problem in enumerate(problems):
+            teacher = best_baseline(problem, seed)
+            env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
     bar = None
     if progress:
         bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
