@@ -134,17 +134,16 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     latency, inverse_bandwidth = static("latency"), static("inverse_bandwidth")  # (B, D, D)
     nbytes = static("transfer_bytes")[..., None]
 
-    def rows(matrix, nodes):  # (B, D, D) at each edge's node's device: (B, E, D), 0 where unseen
+    def rows(matrix, nodes):  # (B, D, D) at the devices of nodes (B, K): (B, K, D), 0 where unseen
         # What the product of the node's one-hot row with `matrix` selects, without the product.
         return (tf.gather(matrix, tf.gather(placement, nodes, batch_dims=1), batch_dims=1)
                 * tf.gather(seen, nodes, batch_dims=1)[..., None])
 
-    # Seconds (/ scale) to move each edge's tensor from its sender's device to device d, and from
-    # device d to its receiver's device.
+    # Seconds (/ scale) to move each edge's tensor from its sender's device to device d (the
+    # device features below price the class's own edges the same way, and from device d to
+    # their receivers' devices).
     to_device = rows(latency, senders) + nbytes * rows(inverse_bandwidth, senders)
     transpose = [0, 2, 1]
-    from_device = (rows(tf.transpose(latency, transpose), receivers)
-                   + nbytes * rows(tf.transpose(inverse_bandwidth, transpose), receivers))
     transfer = tf.reduce_sum(to_device * dst, -1)
     crosses = 1.0 - tf.reduce_sum(src * dst, -1)
     edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
@@ -175,17 +174,36 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     nodes = tf.concat([static("node_static"), dynamic], -1)
 
     # -- (current class, device)
-    def masked_sum(weights, values):  # (B, E) x (B, E, D) -> (B, D)
-        return tf.einsum("be,bed->bd", weights, values)
+    # Sums over the edges into (out of) the class, from the step's own edge lists (`pack`): the
+    # same terms as summing over all E edges weighted by `into` (`out_of`), which are 0 elsewhere,
+    # without the (B, E, D) arrays of every edge (most of what scoring a step cost).
+    in_edges, in_mask = static_at_step("step_in_edges"), static_at_step("step_in_mask")  # (B, K)
+    out_edges, out_mask = static_at_step("step_out_edges"), static_at_step("step_out_mask")
 
-    receive = masked_sum(into, to_device)
-    send = masked_sum(out_of, from_device)
-    sender_end = tf.gather(end, senders, batch_dims=1)[..., None]
-    ready = tf.reduce_max(into[..., None] * (sender_end + to_device), axis=1) - current_start
-    in_bytes = into * static("edge_bytes")
-    out_bytes = out_of * static("edge_bytes")
-    in_share = masked_sum(in_bytes, src) / tf.maximum(tf.reduce_sum(in_bytes, -1, keepdims=True), 1e-9)
-    out_share = masked_sum(out_bytes, dst) / tf.maximum(tf.reduce_sum(out_bytes, -1, keepdims=True), 1e-9)
+    def at_edges(name, edges):  # a per-edge static (B, E) at edges (B, K)
+        return tf.gather_nd(statics[name], tf.stack([tf.broadcast_to(problem[:, None], tf.shape(edges)), edges], -1))
+
+    inputs, outputs = at_edges("senders", in_edges), at_edges("receivers", out_edges)  # (B, K) nodes
+
+    def masked_sum(weights, values):  # (B, K) x (B, K, D) -> (B, D)
+        return tf.einsum("bk,bkd->bd", weights, values)
+
+    in_to_device = (rows(latency, inputs)
+                    + at_edges("transfer_bytes", in_edges)[..., None] * rows(inverse_bandwidth, inputs))
+    out_from_device = (rows(tf.transpose(latency, transpose), outputs)
+                       + at_edges("transfer_bytes", out_edges)[..., None]
+                       * rows(tf.transpose(inverse_bandwidth, transpose), outputs))
+    receive = masked_sum(in_mask, in_to_device)
+    send = masked_sum(out_mask, out_from_device)
+    sender_end = tf.gather(end, inputs, batch_dims=1)[..., None]
+    # Every term is >= 0, so a masked slot (0) is the max of a class without inputs, as before.
+    ready = tf.reduce_max(in_mask[..., None] * (sender_end + in_to_device), axis=1) - current_start
+    in_bytes = in_mask * at_edges("edge_bytes", in_edges)
+    out_bytes = out_mask * at_edges("edge_bytes", out_edges)
+    in_share = (masked_sum(in_bytes, tf.gather(on_device, inputs, batch_dims=1))
+                / tf.maximum(tf.reduce_sum(in_bytes, -1, keepdims=True), 1e-9))
+    out_share = (masked_sum(out_bytes, tf.gather(on_device, outputs, batch_dims=1))
+                 / tf.maximum(tf.reduce_sum(out_bytes, -1, keepdims=True), 1e-9))
     class_compute = tf.einsum("bn,bnd->bd", current, compute)
     allowed = obs[ACTION_MASK]
     allowed_f = tf.cast(allowed, tf.float32)
