@@ -124,13 +124,16 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     current_start = tf.gather(start, rep, batch_dims=1)[:, None]
     compute = static("compute")  # (B, N, D)
     fastest = static("fastest")
-    actual = tf.reduce_sum(compute * on_device, -1)
+    # A one-hot row of `on_device` selects one entry of what it multiplies: the node and edge
+    # features gather that entry (the same value: the other terms of the sum are exact zeros)
+    # instead of forming (B, N, D) and (B, E, D) products.
+    problem_node = tf.stack([tf.broadcast_to(problem[:, None], tf.shape(placement)),
+                             tf.broadcast_to(tf.range(tf.shape(placement)[1])[None], tf.shape(placement))], -1)
+    actual = tf.gather_nd(statics["compute"], tf.concat([problem_node, placement[..., None]], -1)) * seen
 
     # -- edges
     senders, receivers = static("senders"), static("receivers")
     edge_mask = static("edge_mask")
-    src = tf.gather(on_device, senders, batch_dims=1)  # (B, E, D) one-hot of the sender's device
-    dst = tf.gather(on_device, receivers, batch_dims=1)
     latency, inverse_bandwidth = static("latency"), static("inverse_bandwidth")  # (B, D, D)
     nbytes = static("transfer_bytes")[..., None]
 
@@ -139,13 +142,18 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
         return (tf.gather(matrix, tf.gather(placement, nodes, batch_dims=1), batch_dims=1)
                 * tf.gather(seen, nodes, batch_dims=1)[..., None])
 
-    # Seconds (/ scale) to move each edge's tensor from its sender's device to device d (the
-    # device features below price the class's own edges the same way, and from device d to
-    # their receivers' devices).
-    to_device = rows(latency, senders) + nbytes * rows(inverse_bandwidth, senders)
-    transpose = [0, 2, 1]
-    transfer = tf.reduce_sum(to_device * dst, -1)
-    crosses = 1.0 - tf.reduce_sum(src * dst, -1)
+    def entries(matrix, sources, targets):  # (B, D, D) at (the devices of sources, of targets): (B, E)
+        devices = tf.stack([tf.gather(placement, sources, batch_dims=1), tf.gather(placement, targets, batch_dims=1)], -1)
+        return tf.gather_nd(matrix, devices, batch_dims=1) * tf.gather(seen, sources, batch_dims=1)
+
+    # Seconds (/ scale) to move each edge's tensor from its sender's device to its receiver's
+    # (the device features below price the class's own edges to and from every device alike).
+    seen_senders, seen_receivers = tf.gather(seen, senders, batch_dims=1), tf.gather(seen, receivers, batch_dims=1)
+    transfer = (entries(latency, senders, receivers)
+                + nbytes[..., 0] * entries(inverse_bandwidth, senders, receivers)) * seen_receivers
+    same = tf.cast(tf.equal(tf.gather(placement, senders, batch_dims=1), tf.gather(placement, receivers, batch_dims=1)),
+                   tf.float32)
+    crosses = 1.0 - seen_senders * seen_receivers * same
     edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
                       tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask], -1)
 
@@ -162,12 +170,12 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
         tf.reshape(out_of, [-1]), tf.reshape(receivers + n * tf.range(tf.shape(senders)[0])[:, None],
                                              [-1]), tf.size(node_mask)), 1.0)
     parent, child = tf.reshape(parent, tf.shape(node_mask)), tf.reshape(child, tf.shape(node_mask))
-    same_device = tf.reduce_sum(on_device * current_onehot[:, None, :], -1)
+    same_device = seen * tf.cast(tf.equal(placement, current_device[:, None]), tf.float32) * (0.0 if placed else 1.0)
     dynamic = tf.stack([
         tf.clip_by_value(start - current_start, -CLIP, CLIP),
         tf.clip_by_value(end - start, 0.0, CLIP),
         current, obs[VISITED], same_device,
-        tf.clip_by_value(tf.reduce_sum(on_device * peak[:, None, :], -1), 0.0, CLIP),
+        tf.clip_by_value(tf.gather(peak, placement, batch_dims=1) * seen, 0.0, CLIP),
         tf.clip_by_value(tf.math.log((actual + 1e-6) / (fastest + 1e-6)), 0.0, CLIP),
         parent - child,
     ], -1) * node_mask[..., None]
@@ -188,6 +196,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     def masked_sum(weights, values):  # (B, K) x (B, K, D) -> (B, D)
         return tf.einsum("bk,bkd->bd", weights, values)
 
+    transpose = [0, 2, 1]
     in_to_device = (rows(latency, inputs)
                     + at_edges("transfer_bytes", in_edges)[..., None] * rows(inverse_bandwidth, inputs))
     out_from_device = (rows(tf.transpose(latency, transpose), outputs)
