@@ -135,25 +135,23 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     senders, receivers = static("senders"), static("receivers")
     edge_mask = static("edge_mask")
     latency, inverse_bandwidth = static("latency"), static("inverse_bandwidth")  # (B, D, D)
-    nbytes = static("transfer_bytes")[..., None]
+    nbytes = static("transfer_bytes")
 
     def rows(matrix, nodes):  # (B, D, D) at the devices of nodes (B, K): (B, K, D), 0 where unseen
         # What the product of the node's one-hot row with `matrix` selects, without the product.
         return (tf.gather(matrix, tf.gather(placement, nodes, batch_dims=1), batch_dims=1)
                 * tf.gather(seen, nodes, batch_dims=1)[..., None])
 
-    def entries(matrix, sources, targets):  # (B, D, D) at (the devices of sources, of targets): (B, E)
-        devices = tf.stack([tf.gather(placement, sources, batch_dims=1), tf.gather(placement, targets, batch_dims=1)], -1)
-        return tf.gather_nd(matrix, devices, batch_dims=1) * tf.gather(seen, sources, batch_dims=1)
+    sender_device, receiver_device = (tf.gather(placement, nodes, batch_dims=1) for nodes in (senders, receivers))
+    seen_senders, seen_receivers = (tf.gather(seen, nodes, batch_dims=1) for nodes in (senders, receivers))
+
+    def entry(matrix):  # (B, D, D) at each edge's (sender's device, receiver's device): (B, E), 0 where unseen
+        return tf.gather_nd(matrix, tf.stack([sender_device, receiver_device], -1), batch_dims=1) * seen_senders
 
     # Seconds (/ scale) to move each edge's tensor from its sender's device to its receiver's
     # (the device features below price the class's own edges to and from every device alike).
-    seen_senders, seen_receivers = tf.gather(seen, senders, batch_dims=1), tf.gather(seen, receivers, batch_dims=1)
-    transfer = (entries(latency, senders, receivers)
-                + nbytes[..., 0] * entries(inverse_bandwidth, senders, receivers)) * seen_receivers
-    same = tf.cast(tf.equal(tf.gather(placement, senders, batch_dims=1), tf.gather(placement, receivers, batch_dims=1)),
-                   tf.float32)
-    crosses = 1.0 - seen_senders * seen_receivers * same
+    transfer = (entry(latency) + nbytes * entry(inverse_bandwidth)) * seen_receivers
+    crosses = 1.0 - seen_senders * seen_receivers * tf.cast(tf.equal(sender_device, receiver_device), tf.float32)
     edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
                       tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask], -1)
 
