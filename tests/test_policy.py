@@ -16,8 +16,9 @@ from tfplaceto.policy.observation import (
     observation,
     observation_spec,
     pack,
+    step_edges,
 )
-from tfplaceto.problem import Problem, allowed_devices
+from tfplaceto.problem import Problem, allowed_devices, make_problem
 
 
 def diamond_problem(cluster="2xV100", cpu_only=()):
@@ -87,6 +88,44 @@ def test_device_features_price_the_transfers_of_the_current_node():
     assert devices[1, 4] == pytest.approx(expected, rel=1e-4)
     assert devices[:, 0].tolist() == [1, 0, 0]  # b is on GPU 0 now
     assert devices[:, 10].tolist() == pytest.approx([1, 0, 0])  # all its input bytes are on GPU 0
+
+
+def test_device_features_sum_over_the_edges_of_the_class_as_over_all_edges():
+    # The (class, device) features read each step's edge lists (`step_edges`); here against sums
+    # over every edge weighted by "into / out of the class", on a graph with colocation classes.
+    op_graph = tp.import_graph("builtin:cifar10-cells/0")
+    cluster = tp.Cluster.preset("4xV100")
+    problem = make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
+    statics = graph_statics(problem)
+    into, out_of = step_edges(statics)
+    sender_class, receiver_class = statics.classes[statics.senders], statics.classes[statics.receivers]
+    for step, c in enumerate(statics.step_class):
+        assert into[step].tolist() == [e for e in range(len(statics.senders))
+                                       if receiver_class[e] == c and sender_class[e] != c]
+        assert out_of[step].tolist() == [e for e in range(len(statics.senders))
+                                         if sender_class[e] == c and receiver_class[e] != c]
+    assert max(len(edges) for edges in into) > 1  # classes with several inputs are checked
+    d = statics.num_devices
+    placement = problem.tie(np.random.default_rng(0).integers(0, d, problem.num_nodes).astype(np.int32))
+    steps = [int(np.argmax([len(edges) for edges in into])), int(np.argmax([len(edges) for edges in out_of])), 0, 5]
+    p = {k: v[0] for k, v in pack([statics], dims_for([statics])).items()}
+    for step in steps:
+        packed, obs = _observation(problem, step=step, placement=placement)
+        devices = F.compute_features(packed, obs).devices.numpy()[0]
+        end, start = obs["end"].numpy()[0], obs["start"].numpy()[0]
+        e_in, e_out = into[step], out_of[step]
+        src, dst = placement[statics.senders[e_in]], placement[statics.receivers[e_out]]
+        to_device = p["latency"][src] + p["transfer_bytes"][e_in, None] * p["inverse_bandwidth"][src]  # (K, D)
+        from_device = p["latency"][:, dst].T + p["transfer_bytes"][e_out, None] * p["inverse_bandwidth"][:, dst].T
+        ready = np.max(np.concatenate([np.zeros((1, d)), end[statics.senders[e_in], None] + to_device]), 0)
+        in_bytes, out_bytes = p["edge_bytes"][e_in], p["edge_bytes"][e_out]
+        expected = {4: np.clip(to_device.sum(0), 0, F.CLIP), 5: np.clip(from_device.sum(0), 0, F.CLIP),
+                    6: np.clip(ready - start[statics.steps[step]], -F.CLIP, F.CLIP),
+                    10: np.bincount(src, in_bytes, d) / max(in_bytes.sum(), 1e-9),
+                    11: np.bincount(dst, out_bytes, d) / max(out_bytes.sum(), 1e-9)}
+        allowed = obs["action_mask"].numpy()[0, :d]
+        for column, values in expected.items():
+            np.testing.assert_allclose(devices[:d, column], values * allowed, rtol=1e-5, atol=1e-6)
 
 
 def test_one_network_scores_2_4_and_8_devices():

@@ -125,29 +125,34 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     current_start = tf.gather(start, rep, batch_dims=1)[:, None]
     compute = static("compute")  # (B, N, D)
     fastest = static("fastest")
-    actual = tf.reduce_sum(compute * on_device, -1)
+    # A one-hot row of `on_device` selects one entry of what it multiplies: the node and edge
+    # features gather that entry (the same value: the other terms of the sum are exact zeros)
+    # instead of forming (B, N, D) and (B, E, D) products.
+    problem_node = tf.stack([tf.broadcast_to(problem[:, None], tf.shape(placement)),
+                             tf.broadcast_to(tf.range(tf.shape(placement)[1])[None], tf.shape(placement))], -1)
+    actual = tf.gather_nd(statics["compute"], tf.concat([problem_node, placement[..., None]], -1)) * seen
 
     # -- edges
     senders, receivers = static("senders"), static("receivers")
     edge_mask = static("edge_mask")
-    src = tf.gather(on_device, senders, batch_dims=1)  # (B, E, D) one-hot of the sender's device
-    dst = tf.gather(on_device, receivers, batch_dims=1)
     latency, inverse_bandwidth = static("latency"), static("inverse_bandwidth")  # (B, D, D)
-    nbytes = static("transfer_bytes")[..., None]
+    nbytes = static("transfer_bytes")
 
-    def rows(matrix, nodes):  # (B, D, D) at each edge's node's device: (B, E, D), 0 where unseen
+    def rows(matrix, nodes):  # (B, D, D) at the devices of nodes (B, K): (B, K, D), 0 where unseen
         # What the product of the node's one-hot row with `matrix` selects, without the product.
         return (tf.gather(matrix, tf.gather(placement, nodes, batch_dims=1), batch_dims=1)
                 * tf.gather(seen, nodes, batch_dims=1)[..., None])
 
-    # Seconds (/ scale) to move each edge's tensor from its sender's device to device d, and from
-    # device d to its receiver's device.
-    to_device = rows(latency, senders) + nbytes * rows(inverse_bandwidth, senders)
-    transpose = [0, 2, 1]
-    from_device = (rows(tf.transpose(latency, transpose), receivers)
-                   + nbytes * rows(tf.transpose(inverse_bandwidth, transpose), receivers))
-    transfer = tf.reduce_sum(to_device * dst, -1)
-    crosses = 1.0 - tf.reduce_sum(src * dst, -1)
+    sender_device, receiver_device = (tf.gather(placement, nodes, batch_dims=1) for nodes in (senders, receivers))
+    seen_senders, seen_receivers = (tf.gather(seen, nodes, batch_dims=1) for nodes in (senders, receivers))
+
+    def entry(matrix):  # (B, D, D) at each edge's (sender's device, receiver's device): (B, E), 0 where unseen
+        return tf.gather_nd(matrix, tf.stack([sender_device, receiver_device], -1), batch_dims=1) * seen_senders
+
+    # Seconds (/ scale) to move each edge's tensor from its sender's device to its receiver's
+    # (the device features below price the class's own edges to and from every device alike).
+    transfer = (entry(latency) + nbytes * entry(inverse_bandwidth)) * seen_receivers
+    crosses = 1.0 - seen_senders * seen_receivers * tf.cast(tf.equal(sender_device, receiver_device), tf.float32)
     edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
                       tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask], -1)
 
@@ -164,29 +169,49 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
         tf.reshape(out_of, [-1]), tf.reshape(receivers + n * tf.range(tf.shape(senders)[0])[:, None],
                                              [-1]), tf.size(node_mask)), 1.0)
     parent, child = tf.reshape(parent, tf.shape(node_mask)), tf.reshape(child, tf.shape(node_mask))
-    same_device = tf.reduce_sum(on_device * current_onehot[:, None, :], -1)
+    same_device = seen * tf.cast(tf.equal(placement, current_device[:, None]), tf.float32) * (0.0 if placed else 1.0)
     dynamic = tf.stack([
         tf.clip_by_value(start - current_start, -CLIP, CLIP),
         tf.clip_by_value(end - start, 0.0, CLIP),
         current, obs[VISITED], same_device,
-        tf.clip_by_value(tf.reduce_sum(on_device * peak[:, None, :], -1), 0.0, CLIP),
+        tf.clip_by_value(tf.gather(peak, placement, batch_dims=1) * seen, 0.0, CLIP),
         tf.clip_by_value(tf.math.log((actual + 1e-6) / (fastest + 1e-6)), 0.0, CLIP),
         parent - child,
     ], -1) * node_mask[..., None]
     nodes = tf.concat([static("node_static"), dynamic], -1)
 
     # -- (current class, device)
-    def masked_sum(weights, values):  # (B, E) x (B, E, D) -> (B, D)
-        return tf.einsum("be,bed->bd", weights, values)
+    # Sums over the edges into (out of) the class, from the step's own edge lists (`pack`): the
+    # same terms as summing over all E edges weighted by `into` (`out_of`), which are 0 elsewhere,
+    # without the (B, E, D) arrays of every edge (most of what scoring a step cost).
+    in_edges, in_mask = static_at_step("step_in_edges"), static_at_step("step_in_mask")  # (B, K)
+    out_edges, out_mask = static_at_step("step_out_edges"), static_at_step("step_out_mask")
 
-    receive = masked_sum(into, to_device)
-    send = masked_sum(out_of, from_device)
-    sender_end = tf.gather(end, senders, batch_dims=1)[..., None]
-    ready = tf.reduce_max(into[..., None] * (sender_end + to_device), axis=1) - current_start
-    in_bytes = into * static("edge_bytes")
-    out_bytes = out_of * static("edge_bytes")
-    in_share = masked_sum(in_bytes, src) / tf.maximum(tf.reduce_sum(in_bytes, -1, keepdims=True), 1e-9)
-    out_share = masked_sum(out_bytes, dst) / tf.maximum(tf.reduce_sum(out_bytes, -1, keepdims=True), 1e-9)
+    def at_edges(name, edges):  # a per-edge static (B, E) at edges (B, K)
+        return tf.gather_nd(statics[name], tf.stack([tf.broadcast_to(problem[:, None], tf.shape(edges)), edges], -1))
+
+    inputs, outputs = at_edges("senders", in_edges), at_edges("receivers", out_edges)  # (B, K) nodes
+
+    def masked_sum(weights, values):  # (B, K) x (B, K, D) -> (B, D)
+        return tf.einsum("bk,bkd->bd", weights, values)
+
+    transpose = [0, 2, 1]
+    in_to_device = (rows(latency, inputs)
+                    + at_edges("transfer_bytes", in_edges)[..., None] * rows(inverse_bandwidth, inputs))
+    out_from_device = (rows(tf.transpose(latency, transpose), outputs)
+                       + at_edges("transfer_bytes", out_edges)[..., None]
+                       * rows(tf.transpose(inverse_bandwidth, transpose), outputs))
+    receive = masked_sum(in_mask, in_to_device)
+    send = masked_sum(out_mask, out_from_device)
+    sender_end = tf.gather(end, inputs, batch_dims=1)[..., None]
+    # Every term is >= 0, so a masked slot (0) is the max of a class without inputs, as before.
+    ready = tf.reduce_max(in_mask[..., None] * (sender_end + in_to_device), axis=1) - current_start
+    in_bytes = in_mask * at_edges("edge_bytes", in_edges)
+    out_bytes = out_mask * at_edges("edge_bytes", out_edges)
+    in_share = (masked_sum(in_bytes, tf.gather(on_device, inputs, batch_dims=1))
+                / tf.maximum(tf.reduce_sum(in_bytes, -1, keepdims=True), 1e-9))
+    out_share = (masked_sum(out_bytes, tf.gather(on_device, outputs, batch_dims=1))
+                 / tf.maximum(tf.reduce_sum(out_bytes, -1, keepdims=True), 1e-9))
     class_compute = tf.einsum("bn,bnd->bd", current, compute)
     allowed = obs[ACTION_MASK]
     allowed_f = tf.cast(allowed, tf.float32)

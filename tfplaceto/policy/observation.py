@@ -12,6 +12,8 @@ a few (N,) arrays per episode, not the graph. Map of the file:
                      data edges (`node_edges`), colocation classes and the visiting order
                      (steps), the ancestors and descendants of each step's class, static node
                      features, time scale.
+  step_edges         per step, the edges into and out of its class (what the device features
+                     sum over).
   pack               the statics of several problems padded to one Dims and stacked: the tensors
                      the network gathers from by each observation's PROBLEM index.
   observation        one episode's observation as numpy arrays (`fill_observation`: one row of a
@@ -227,9 +229,25 @@ def graph_statics(problem) -> GraphStatics:
         time_scale=time_scale)
 
 
+def step_edges(statics: GraphStatics) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per step, (the edges into its class, the edges out of it): the edges between a node of
+    the class and one outside it, as indices into `statics.senders`, ascending."""
+    sender_class, receiver_class = statics.classes[statics.senders], statics.classes[statics.receivers]
+    crossing = sender_class != receiver_class
+    into = [np.flatnonzero(crossing & (receiver_class == c)) for c in statics.step_class]
+    out_of = [np.flatnonzero(crossing & (sender_class == c)) for c in statics.step_class]
+    return into, out_of
+
+
 def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
-    """The statics of several problems, padded to `dims` and stacked (leading axis: problem)."""
+    """The statics of several problems, padded to `dims` and stacked (leading axis: problem).
+
+    Besides `dims`' sizes, the per-step edge lists (`step_edges`) are padded to the most edges
+    into (out of) any class of these problems (at least 1), with a mask."""
     p, n, e, d, s = len(statics), dims.nodes, dims.edges, dims.devices, dims.steps
+    incident = [step_edges(st) for st in statics]
+    k_in = max([1] + [len(edges) for into, _ in incident for edges in into])
+    k_out = max([1] + [len(edges) for _, out_of in incident for edges in out_of])
     out = {
         "node_static": np.zeros((p, n, STATIC_NODE_FEATURES), np.float32),
         "node_mask": np.zeros((p, n), np.float32),
@@ -247,6 +265,10 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         "step_class": np.full((p, s), -2, np.int32),
         "step_ancestors": np.zeros((p, s, n), np.float32),
         "step_descendants": np.zeros((p, s, n), np.float32),
+        "step_in_edges": np.zeros((p, s, k_in), np.int32),  # edges into the step's class (`step_edges`)
+        "step_in_mask": np.zeros((p, s, k_in), np.float32),
+        "step_out_edges": np.zeros((p, s, k_out), np.int32),  # edges out of it
+        "step_out_mask": np.zeros((p, s, k_out), np.float32),
         "memory": np.ones((p, d), np.float32),  # / smallest device memory
         "device_mask": np.zeros((p, d), np.float32),
         "inverse_bandwidth": np.zeros((p, d, d), np.float32),  # time scale^-1 bytes^-1 s... see below
@@ -274,6 +296,9 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         out["step_class"][i, :ss] = st.step_class
         out["step_ancestors"][i, :ss, :nn] = st.step_ancestors
         out["step_descendants"][i, :ss, :nn] = st.step_descendants
+        for step, (into, out_of) in enumerate(zip(*incident[i])):
+            out["step_in_edges"][i, step, :len(into)], out["step_in_mask"][i, step, :len(into)] = into, 1.0
+            out["step_out_edges"][i, step, :len(out_of)], out["step_out_mask"][i, step, :len(out_of)] = out_of, 1.0
         out["memory"][i, :dd] = st.memory_bytes / smallest
         out["device_mask"][i, :dd] = 1.0
         with np.errstate(divide="ignore"):

@@ -59,7 +59,9 @@ class CompiledPyPolicy(py_policy.PyPolicy):
     step's graph runs in ~3 ms: `policy.action` is traced once into a concrete function of a flat
     signature (no per-call matching of the nested time step and state against a polymorphic
     function), the time step's arrays are converted once each, and the policy state stays as the
-    tensors the function returned (the driver only hands it back). Actions come back as numpy.
+    tensors the function returned (the driver only hands it back), and the function is called
+    flat (`ConcreteFunction._call_flat`: no per-call binding of the inputs to the signature).
+    Actions come back as numpy.
 
     Args:
       policy: a TFPolicy whose time step and state specs are unbatched.
@@ -86,7 +88,11 @@ class CompiledPyPolicy(py_policy.PyPolicy):
 
     def _action(self, time_step, policy_state):
         flat = [tf.constant(x) for x in tf.nest.flatten(time_step)] + tf.nest.flatten(policy_state)
-        action, state, info = tf.nest.pack_sequence_as(self._outputs, self._step(*flat))
+        # The flat call: calling the concrete function binds and type-checks every input against
+        # its signature again (~0.4 ms a step of 16 lanes, ~6% of a collection), which the
+        # environment's fixed dtypes and batch already guarantee.
+        action, state, info = tf.nest.pack_sequence_as(
+            self._outputs, self._step._call_flat(flat, self._step.captured_inputs))
         return policy_step.PolicyStep(tf.nest.map_structure(np.asarray, action), state, info)
 
 
