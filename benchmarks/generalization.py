@@ -4,7 +4,9 @@ For each held-out member (never trained on) of each family, on each cluster: the
 (`method="placeto_policy"`: greedy episodes from `--starts` fixed random starts, no search, no
 climbing; the mean simulated step time of their end placements) with
 - the shipped policy (or `--policy DIR`), zero-shot;
-- a policy trained on that member alone from fresh weights (`--per-graph-episodes`, 0 to skip);
+- a policy trained on that member alone from fresh weights (`--per-graph-episodes`, 0 to skip),
+  configured as the shipped policy is (`--gin`, default `tfplaceto/policy/train.gin`, then
+  `--gin-param`: the same MDP and settings);
 - untrained weights (the control) and uniform random actions from the same starts;
 against the best fast baseline. Prints every row and the averages the targets are stated in; each
 figure's row also counts the end placements that run out of device memory (`*_oom` in the JSON).
@@ -27,7 +29,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learning import mean_and_oom, random_actions  # noqa: E402
+from learning import ROOT, mean_and_oom, random_actions  # noqa: E402
 
 
 def members(spec: str) -> list[int]:
@@ -75,6 +77,10 @@ def main(argv=None) -> None:
     parser.add_argument("--per-graph-episodes", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--gin", default=os.path.join(ROOT, "tfplaceto", "policy", "train.gin"),
+                        help="the per-graph policies' configuration (the shipped policy's gin file)")
+    parser.add_argument("--gin-param", action="append", default=[],
+                        help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
     args = parser.parse_args(argv)
     if args.merge:
@@ -87,8 +93,12 @@ def main(argv=None) -> None:
             print(line(r))
         print(averages(rows))
         return
+    import gin
+
     from tfplaceto.policy.checkpoint import resolve_policy
     from tfplaceto.rl.train import problems_for
+
+    gin.parse_config_files_and_bindings([args.gin], args.gin_param)  # for the per-graph policies
 
     policy = resolve_policy(args.policy)
     rows = []
