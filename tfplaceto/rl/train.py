@@ -271,13 +271,13 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         alone on up to `select_problems` training problems from `select_starts` fixed random
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
       self_imitation: cloning weight of the best placement found so far, replayed from the start
-        of each batch (`_SelfImitation`; 0: off, as in train.gin).
+        of each batch (`_SelfImitation`; 0: off; train.gin binds 20).
       imitate_baseline: with `self_imitation`, the best fast baseline's placement of each problem
         (`search.best_baseline`) is the best found until sampling finds a better one: a teacher.
         Sampling alone may never find a split to imitate (cifar10-cells/0 with
         `nodes_on_device`, whose policy piles everything on one device from the start), while a
         placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
-        Off in train.gin.
+        On in train.gin (the shipped policy's training).
       collector: where batches come from (module docstring; default `Embedded`).
     """
     start = time.perf_counter()
