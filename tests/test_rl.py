@@ -540,3 +540,58 @@ def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():
     assert float(tiny.extra.policy_loss) * steps_all == pytest.approx(float(two.extra.policy_loss) * steps_two,
                                                                       rel=1e-4, abs=1e-5)
     assert float(cloned.extra.policy_loss) > float(tiny.extra.policy_loss)  # -3 * log pi > 0 added
+
+
+def test_exploration_deviates_to_uniformly_random_allowed_devices_in_collection_only():
+    from tfplaceto.rl.acting import specs
+    from tfplaceto.rl.agent import PlacetoAgent, PlacetoPolicy
+
+    env = PlacementEnvironment(layered(seed=2), batch_size=64, initial="random", seed=0)
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
+    statics = as_tensors(pack(env.statics, env.dims))
+    time_step = tf.nest.map_structure(tf.constant, env.reset())
+    assert time_step.observation[ACTION_MASK].numpy().all()  # the first class may go anywhere
+    # Logits that put all mass on slot 1 (slot 2 masked on even lanes): without exploration every
+    # sampled action is 1.
+    logits = np.tile([0.0, 1e4, 0.0], (64, 1)).astype(np.float32)
+    logits[::2, 2] = -1e9
+    biased = PlacetoPolicy(*specs(env), network, statics, seed=1, exploration=0.5)
+    biased.logits = lambda step, state=(), sampling=False: (tf.constant(logits), state)  # noqa: E731
+    state = biased.get_initial_state(64)
+    actions = np.stack([biased.action(time_step, state).action.numpy() for _ in range(60)])  # (60, 64)
+    assert (actions[:, ::2] != 2).all()  # never a masked slot
+    # Half the actions deviate, uniformly over the allowed devices.
+    for lanes, expected in ((slice(0, None, 2), [1 / 4, 3 / 4, 0]), (slice(1, None, 2), [1 / 6, 2 / 3, 1 / 6])):
+        np.testing.assert_allclose(np.bincount(actions[:, lanes].ravel(), minlength=3) / actions[:, lanes].size,
+                                   expected, atol=0.04)
+    # The agent's greedy policy and distribution do not explore; without exploration the collect
+    # policy's generator draws exactly what it drew before the option existed.
+    agent = PlacetoAgent(*specs(env), network, statics, seed=1, exploration=0.5)
+    plain = PlacetoPolicy(*specs(env), network, statics, seed=1)
+    greedy = agent.policy.action(time_step, agent.policy.get_initial_state(64)).action.numpy()
+    logits, _ = plain.logits(time_step, plain.get_initial_state(64))
+    np.testing.assert_array_equal(greedy, np.argmax(logits.numpy(), -1))
+    zero = PlacetoPolicy(*specs(env), network, statics, seed=1, exploration=0.0)
+    np.testing.assert_array_equal(zero.action(time_step, ()).action.numpy(),
+                                  plain.action(time_step, ()).action.numpy())
+
+
+def test_the_outcome_baseline_gives_every_step_its_episodes_return_against_the_other_lanes():
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    rewards = np.array([[1.0, 2.0, 3.0, 0.0], [0.0, 0.0, 1.0, 0.0], [2.0, 2.0, 2.0, 0.0]], np.float32)
+    valid = tf.constant([[1.0, 1.0, 1.0, 0.0]] * 3)
+    returns = tf.math.cumsum(rewards, axis=1, reverse=True) * valid
+    whole = rewards.sum(1)
+    leave_one_out = (whole.sum() - whole) / 2
+    advantages = (returns - PlacetoAgent.outcome_baseline(returns, valid)) * valid
+    np.testing.assert_allclose(advantages.numpy(), (whole - leave_one_out)[:, None] * valid.numpy(), atol=1e-6)
+    # The per-step baseline compares returns-to-go instead: not the same advantages here.
+    per_step = (returns - PlacetoAgent.baseline(returns, valid)) * valid
+    assert not np.allclose(per_step.numpy(), advantages.numpy())
+    with pytest.raises(ValueError, match="baseline"):
+        env = PlacementEnvironment(two_chains(), batch_size=2)
+        from tfplaceto.rl.acting import specs
+
+        PlacetoAgent(*specs(env), PlacetoNetwork(hidden=8, rounds=2), as_tensors(pack(env.statics, env.dims)),
+                     baseline="mean")
