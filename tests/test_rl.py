@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -375,6 +376,42 @@ def test_placer_is_valid_deterministic_and_never_worse_than_the_best_baseline():
     assert problem.allowed[np.arange(problem.num_nodes), first].all()
     simulator = problem.simulator()
     assert simulator.run(first)[0] <= search.best_baseline(problem).step_time_s
+
+
+def _recording_polish(monkeypatch, events):
+    """search.polish, logging "polish" in `events` at each call."""
+    polish = search.polish
+
+    def recording(*args, **kwargs):
+        events.append("polish")
+        return polish(*args, **kwargs)
+
+    monkeypatch.setattr(search, "polish", recording)
+
+
+def test_search_climbs_each_start_before_the_next_and_asks_for_none_after_the_deadline(monkeypatch):
+    problem = layered(seed=6, cpu_only=[3])
+    first = search.best_baseline(problem).placement
+    events = []
+    _recording_polish(monkeypatch, events)
+
+    def starts(deadline_passed):
+        events.append("start 0")
+        yield first
+        if deadline_passed:
+            raise AssertionError("a start was asked for after the deadline")
+        events.append("start 1")
+        yield np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
+
+    def never(rng, placement, count):
+        raise AssertionError("a perturbation after the deadline")
+
+    found = search.search(problem, starts(True), [(never, 1)], deadline=time.perf_counter() - 1)
+    assert events == ["start 0", "polish"]  # offered (and climbed, to the deadline) all the same
+    np.testing.assert_array_equal(found.placement, first)
+    events.clear()
+    search.search(problem, starts(False), [(search.random_window_moves(problem), 1)], patience=1)
+    assert events[:4] == ["start 0", "polish", "start 1", "polish"]
 
 
 def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
