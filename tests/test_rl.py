@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -375,6 +376,74 @@ def test_placer_is_valid_deterministic_and_never_worse_than_the_best_baseline():
     assert problem.allowed[np.arange(problem.num_nodes), first].all()
     simulator = problem.simulator()
     assert simulator.run(first)[0] <= search.best_baseline(problem).step_time_s
+
+
+def _recording_polish(monkeypatch, events):
+    """search.polish, logging "polish" in `events` at each call."""
+    polish = search.polish
+
+    def recording(*args, **kwargs):
+        events.append("polish")
+        return polish(*args, **kwargs)
+
+    monkeypatch.setattr(search, "polish", recording)
+
+
+def test_search_climbs_each_start_before_the_next_and_asks_for_none_after_the_deadline(monkeypatch):
+    problem = layered(seed=6, cpu_only=[3])
+    first = search.best_baseline(problem).placement
+    events = []
+    _recording_polish(monkeypatch, events)
+
+    def starts(deadline_passed):
+        events.append("start 0")
+        yield first
+        if deadline_passed:
+            raise AssertionError("a start was asked for after the deadline")
+        events.append("start 1")
+        yield np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
+
+    def never(rng, placement, count):
+        raise AssertionError("a perturbation after the deadline")
+
+    found = search.search(problem, starts(True), [(never, 1)], deadline=time.perf_counter() - 1)
+    assert events == ["start 0", "polish"]  # offered (and climbed, to the deadline) all the same
+    np.testing.assert_array_equal(found.placement, first)
+    events.clear()
+    search.search(problem, starts(False), [(search.random_window_moves(problem), 1)], patience=1)
+    assert events[:4] == ["start 0", "polish", "start 1", "polish"]
+
+
+class _RecordingActor:
+    """Stands in for `rl.acting.Actor` in the placer: logs "actor" when built and "episode" at
+    each call; an episode leaves its start as it is (from "random": all on the last device)."""
+
+    events: list = []
+
+    def __init__(self, problem, network, seed=0):
+        self.events.append("actor")
+        self._all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
+
+    def episodes(self, start="random", count=1, greedy=True, window=None, seed=None):
+        self.events.append("episode")
+        return [(self._all_on_last if isinstance(start, str) else start).copy() for _ in range(count)]
+
+
+def test_the_placer_climbs_the_best_baseline_before_the_policy_runs_and_runs_none_after_its_deadline(monkeypatch):
+    problem = layered(seed=6, cpu_only=[3])
+    baseline = search.best_baseline(problem)
+    events = _RecordingActor.events = []
+    monkeypatch.setattr(placeto, "Actor", _RecordingActor)
+    _recording_polish(monkeypatch, events)
+    placed = placeto.place(problem, seed=0, policy="untrained")
+    assert events[:3] == ["polish", "actor", "episode"]  # the baseline climbed before any episode
+    assert problem.simulator().run(placed)[0] <= baseline.step_time_s
+    # No time at all: the best baseline is offered, no policy is built, no episode runs.
+    events.clear()
+    monkeypatch.setattr(search, "BUDGET_S", 0.0)
+    placed = placeto.place(problem, seed=0, policy="untrained")
+    assert events == ["polish"]
+    np.testing.assert_array_equal(placed, problem.tie(baseline.placement))
 
 
 def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():

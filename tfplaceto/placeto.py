@@ -10,8 +10,12 @@
                        best fast baseline and from the policy's own placements (from a random
                        start and from the best baseline), perturbing by policy episodes and random
                        moves; with `budget_s` above the search's time, the policy is first
-                       fine-tuned on the problem (the same MDP it was trained with). Never worse
-                       than the best baseline: every start is a candidate.
+                       fine-tuned on the problem (the same MDP it was trained with). The starts
+                       are produced lazily: the best baseline is climbed before the policy runs
+                       at all (its first episode traces a function: seconds on a loaded host),
+                       and no policy episode runs once the deadline has passed. Never worse than
+                       the best baseline: it is always the first start, and every start is a
+                       candidate.
 
 Layering: this module sits above `tfplaceto.rl` (which trains and runs the policy) and
 `tfplaceto.search` (which knows no policy); neither imports it.
@@ -20,6 +24,7 @@ Layering: this module sits above `tfplaceto.rl` (which trains and runs the polic
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -44,6 +49,19 @@ def policy_placement(problem: Problem, policy=None, start: str = "random", seed:
         raise errors.InvalidArgumentError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     network = resolve_policy(policy, seed)
     return greedy_placements(problem, network, start=start, starts=1, seed=seed)[0]
+
+
+class _LazyActor:
+    """An `Actor` built at its first episode (not at all if none is asked for)."""
+
+    def __init__(self, problem: Problem, network, seed: int):
+        self._make = lambda: Actor(problem, network, seed)
+        self._actor: Actor | None = None
+
+    def episodes(self, *args, **kwargs) -> list[np.ndarray]:
+        if self._actor is None:
+            self._actor = self._make()
+        return self._actor.episodes(*args, **kwargs)
 
 
 def policy_perturbation(actor, window: int = search.WINDOW) -> search.Perturbation:
@@ -76,10 +94,16 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         train(problem, episodes=10**9, seed=seed, network=network, progress=False,
               stop_after_s=tuning_s, select_every=None)
     baseline = search.best_baseline(problem, seed)
-    actor = Actor(problem, network, seed)
-    starts = [baseline.placement]
-    for start in ("random", baseline.placement):  # the policy's own placements
-        starts += actor.episodes(start, 1, greedy=True, seed=seed)
+    actor = _LazyActor(problem, network, seed)
+
+    def starts() -> Iterator[np.ndarray]:
+        """The best baseline, then the policy's own placements. `search.search` climbs each
+        before asking for the next and asks for none after the deadline, so the baseline is
+        climbed before any policy episode runs, and none runs when the time is gone."""
+        yield baseline.placement
+        for start in ("random", baseline.placement):
+            yield from actor.episodes(start, 1, greedy=True, seed=seed)
+
     perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
@@ -89,6 +113,6 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
             bar.n = min(round(time.perf_counter() - began), bar.total)
             bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
 
-        best = search.search(problem, starts, perturbations, seed=seed, deadline=deadline,
+        best = search.search(problem, starts(), perturbations, seed=seed, deadline=deadline,
                              on_round=on_round)
     return problem.tie(best.placement)

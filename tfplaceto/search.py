@@ -12,7 +12,11 @@ untrained weights) through the same calls. Map of the file:
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
                        placement with every perturbation, climbs each result, keeps the best.
-  search               starts (climbed) + improve until a deadline or `patience` idle rounds.
+  search               starts (each climbed in turn) + improve until a deadline or `patience` idle
+                       rounds. The starts may be produced lazily (any iterable, a generator): each
+                       is climbed before the next is asked for, and none is asked for after the
+                       deadline but the first, so a costly start (a policy's episode) costs
+                       nothing when the time is gone.
 
 Every placement evaluated is a candidate; the answer is the best, so the search is never worse
 than its starts. Deterministic given `seed` when it stops by patience; a search cut by the
@@ -22,7 +26,7 @@ deadline depends on the machine's speed (like `local_search`'s).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -137,14 +141,21 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     return best
 
 
-def search(problem: Problem, starts: Sequence[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
+def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
            seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
            on_round: Callable[[Best], None] | None = None) -> Best:
-    """The best placement found from `starts` (each climbed) by `improve` with `perturbations`."""
+    """The best placement found from `starts` (each climbed) by `improve` with `perturbations`.
+
+    `starts` (at least one) is consumed one at a time: each start is offered and climbed before
+    the next is asked for, and once the deadline has passed no further start is asked for (the
+    first always is, so the answer is never worse than it).
+    """
     rng = np.random.default_rng(seed)
     neighbourhoods = prepare_neighbourhoods(problem)
     best = Best()
     for placement in starts:
         offer(problem, best, placement)
         offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
+        if time.perf_counter() >= deadline:
+            break  # before the iterable makes its next start
     return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods)
