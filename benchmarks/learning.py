@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 
 import numpy as np
@@ -200,10 +201,15 @@ def main(argv=None) -> None:
 
     gin.parse_config_files_and_bindings([args.gin], args.gin_param)
     episodes = args.episodes * len(args.graphs) if len(args.episodes) == 1 else args.episodes
+    # What made each row: a row is one seeded draw of this configuration.
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    made_by = {"gin": os.path.relpath(args.gin, ROOT), "gin_params": args.gin_param, "seed": args.seed,
+               "commit": commit}
     rows = []
     for name, count in zip(args.graphs, episodes):
         rows.append(run_graph(name, args.cluster, count, args.eval_every, args.starts, args.seed, {},
-                              log=lambda line: print(line, flush=True)))
+                              log=lambda line: print(line, flush=True)) | {"made_by": made_by})
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(rows, f, indent=1)
