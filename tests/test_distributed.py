@@ -167,6 +167,10 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
     assert not actor.is_alive()  # the server is gone: the actor stops
     with pytest.raises(errors.InvalidArgumentError, match="initial"):
         reverb_items.make_job(None, None, [problem], {**settings, "initial": np.zeros(3)}, env.dims)
+    # Actors explore as the learner's own collect policy does (train.exploration).
+    assert reverb_items.make_job(None, None, [problem], settings, env.dims)["exploration"] == 0.0
+    assert reverb_items.make_job(None, None, [problem], {**settings, "exploration": 0.01},
+                                 env.dims)["exploration"] == 0.01
     for address in ("nohost", "host:0", "host:99999", ":80", "host:port"):
         with pytest.raises(errors.InvalidArgumentError, match="HOST:PORT"):
             reverb_items.parse_address(address)

@@ -643,24 +643,3 @@ def test_exploration_deviates_to_uniformly_random_allowed_devices_in_collection_
     zero = PlacetoPolicy(*specs(env), network, statics, seed=1, exploration=0.0)
     np.testing.assert_array_equal(zero.action(time_step, ()).action.numpy(),
                                   plain.action(time_step, ()).action.numpy())
-
-
-def test_the_outcome_baseline_gives_every_step_its_episodes_return_against_the_other_lanes():
-    from tfplaceto.rl.agent import PlacetoAgent
-
-    rewards = np.array([[1.0, 2.0, 3.0, 0.0], [0.0, 0.0, 1.0, 0.0], [2.0, 2.0, 2.0, 0.0]], np.float32)
-    valid = tf.constant([[1.0, 1.0, 1.0, 0.0]] * 3)
-    returns = tf.math.cumsum(rewards, axis=1, reverse=True) * valid
-    whole = rewards.sum(1)
-    leave_one_out = (whole.sum() - whole) / 2
-    advantages = (returns - PlacetoAgent.outcome_baseline(returns, valid)) * valid
-    np.testing.assert_allclose(advantages.numpy(), (whole - leave_one_out)[:, None] * valid.numpy(), atol=1e-6)
-    # The per-step baseline compares returns-to-go instead: not the same advantages here.
-    per_step = (returns - PlacetoAgent.baseline(returns, valid)) * valid
-    assert not np.allclose(per_step.numpy(), advantages.numpy())
-    with pytest.raises(ValueError, match="baseline"):
-        env = PlacementEnvironment(two_chains(), batch_size=2)
-        from tfplaceto.rl.acting import specs
-
-        PlacetoAgent(*specs(env), PlacetoNetwork(hidden=8, rounds=2), as_tensors(pack(env.statics, env.dims)),
-                     baseline="mean")

@@ -100,7 +100,7 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     network = PlacetoNetwork(**job["network"])
     network.warm_up()
     policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,
-                           jit_score=True)
+                           jit_score=True, exploration=job.get("exploration", 0.0))
     py_policy = CompiledPyPolicy(policy, job["lanes"])
     container = reverb_variable_container.ReverbVariableContainer(address, table_names=[reverb_items.VARIABLES])
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)

@@ -35,7 +35,6 @@ from tf_agents.trajectories import time_step as ts
 
 from tfplaceto.policy.network import MASKED_LOGIT
 
-BASELINES = ("step", "outcome")
 PlacetoLossInfo = collections.namedtuple(
     "PlacetoLossInfo", ("policy_loss", "entropy", "mean_return", "train_steps"))
 
@@ -152,11 +151,6 @@ class PlacetoAgent(tf_agent.TFAgent):
       discount: of the returns-to-go.
       max_train_steps: about this many steps per update enter the gradient (None: all).
       seed: seeds the step subsampling and the collect policy's sampling.
-      baseline: "step" (default): the leave-one-out mean return-to-go at each step index
-        (`baseline`); "outcome": that, plus the lane's own step time before the step minus the
-        other lanes' (`outcome_baseline`): every step of a lane then has the advantage of its
-        whole episode's return over the other lanes' (the same rewards and returns; a baseline
-        that depends on the state before the step only, so the gradient stays unbiased).
       exploration: the collect policy's probability of a uniformly random allowed device
         (`PlacetoPolicy`).
     """
@@ -164,13 +158,9 @@ class PlacetoAgent(tf_agent.TFAgent):
     def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict,
                  learning_rate: float = 1e-3, entropy_coefficient: float = 0.01,
                  gradient_clipping: float = 1.0, discount: float = 1.0,
-                 max_train_steps: int | None = 1024, seed: int = 0, baseline: str = "step",
-                 exploration: float = 0.0,
+                 max_train_steps: int | None = 1024, seed: int = 0, exploration: float = 0.0,
                  train_step_counter: tf.Variable | None = None, name: str | None = None):
         tf.Module.__init__(self, name=name)
-        if baseline not in BASELINES:
-            raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-        self._baseline = baseline
         self._network = network
         self._statics = statics
         self._optimizer = tf.keras.optimizers.Adam(learning_rate)
@@ -219,19 +209,6 @@ class PlacetoAgent(tf_agent.TFAgent):
         count = tf.reduce_sum(valid, axis=0, keepdims=True)
         others = tf.maximum(count - valid, 1.0)
         return tf.where(count - valid > 0, (total - returns) / others, 0.0)
-
-    @staticmethod
-    def outcome_baseline(returns: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        """`baseline` plus (the lane's return before step t, i.e. its step time there, minus the
-        other lanes' mean of it) [B, T]: advantages become the episode's whole return against the
-        other lanes' mean (with discount 1; leave-one-out, as Kool et al. 2019 for routing). The
-        extra term depends on the steps before t only. Why: with intermediate rewards, a step's
-        return-to-go compares end step times *and* step times before it (T_{t-1}) across lanes; the
-        latter describe half-random placements (the unvisited classes sit on the random start's
-        devices) and add noise that has nothing to do with the action."""
-        whole = returns[:, :1] * valid  # the episode's return, on every valid step
-        before = whole - returns  # the return collected before step t
-        return PlacetoAgent.baseline(whole, valid) - before
 
     def refresh_ages(self, step_type: tf.Tensor) -> tf.Tensor:
         """Steps since the policy's latest `embed` [B, T] (0: it embedded at that step): at every
@@ -282,8 +259,7 @@ class PlacetoAgent(tf_agent.TFAgent):
         imitated = tf.zeros_like(rewards[:, 0]) if imitation is None else tf.cast(imitation, tf.float32)
         own = valid * tf.cast(tf.equal(imitated, 0.0), tf.float32)[:, None]
         returns = self.returns_to_go(rewards, valid)
-        baseline = self.outcome_baseline if self._baseline == "outcome" else self.baseline
-        advantages = returns - baseline(returns * own, own)
+        advantages = returns - self.baseline(returns * own, own)
         count = tf.maximum(tf.reduce_sum(own), 1.0)
         std = tf.sqrt(tf.reduce_sum(tf.square(advantages * own)) / count)
         advantages = advantages * own / (std + 1e-8) + imitated[:, None] * (valid - own)

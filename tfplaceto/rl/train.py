@@ -235,7 +235,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
-          baseline: str = "step", exploration: float = 0.0, oom_penalty: float = 1.0, checkpoint_every: int = 10,
+          exploration: float = 0.0, oom_penalty: float = 1.0, checkpoint_every: int = 10,
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
@@ -254,8 +254,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         random starts; by default the lanes of a batch share theirs).
       hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
         when `network` is given).
-      learning_rate, gradient_clipping, discount, max_train_steps, baseline, exploration: see
-        PlacetoAgent.
+      learning_rate, gradient_clipping, discount, max_train_steps, exploration: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
         own, not `episodes`: a resumed run with a larger budget keeps the same schedule).
@@ -291,7 +290,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     time_step_spec, action_spec = specs(env)
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
-                         discount=discount, max_train_steps=max_train_steps, seed=seed, baseline=baseline,
+                         discount=discount, max_train_steps=max_train_steps, seed=seed,
                          exploration=exploration)
     policy = CompiledPyPolicy(agent.collect_policy, lanes)
     decay = max(entropy_decay_episodes, 1)
@@ -315,7 +314,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     if selection is not None and state and state.get("selection"):
         selection.load(state["selection"])
     settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
-                "shared_start": shared_start, "seed": seed, "network": network.config}
+                "shared_start": shared_start, "seed": seed, "network": network.config,
+                "exploration": exploration}
     source = (collector or Embedded)(env, policy, agent, settings)
 
     def save() -> None:
