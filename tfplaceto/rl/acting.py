@@ -118,8 +118,8 @@ class Actor:
         @tf.function(input_signature=signature, autograph=False)
         def act(time_step, state, greedy):
             logits, state = policy.logits(time_step, state)
-            uniform = policy.generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
-            noise = tf.where(greedy, tf.zeros_like(uniform), -tf.math.log(-tf.math.log(uniform)))
+            noise = policy.gumbel_noise(tf.shape(logits))
+            noise = tf.where(greedy, tf.zeros_like(noise), noise)
             return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
 
         self._policy = policy

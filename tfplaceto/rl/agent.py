@@ -96,6 +96,12 @@ class PlacetoPolicy(tf_policy.TFPolicy):
     def generator(self) -> tf.random.Generator:
         return self._generator
 
+    def gumbel_noise(self, shape) -> tf.Tensor:
+        """Standard Gumbel noise of `shape` from the policy's own generator: the argmax of logits
+        plus it is a sample of their softmax (Gumbel-max)."""
+        uniform = self._generator.uniform(shape, minval=1e-12, maxval=1.0)
+        return -tf.math.log(-tf.math.log(uniform))
+
     def _variables(self):
         return self._network.variables
 
@@ -124,13 +130,11 @@ class PlacetoPolicy(tf_policy.TFPolicy):
     def _action(self, time_step, policy_state, seed):
         del seed  # the policy's own generator makes runs reproducible and resumable
         logits, state = self.logits(time_step, policy_state, sampling=True)
-        uniform = self._generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
-        action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1,
+        action = tf.argmax(logits + self.gumbel_noise(tf.shape(logits)), axis=-1,
                            output_type=self.action_spec.dtype)
         if self._exploration > 0:
             allowed = logits > MASKED_LOGIT / 2
-            uniform = self._generator.uniform(tf.shape(logits), minval=1e-12, maxval=1.0)
-            anywhere = tf.argmax(tf.where(allowed, -tf.math.log(-tf.math.log(uniform)), MASKED_LOGIT), axis=-1,
+            anywhere = tf.argmax(tf.where(allowed, self.gumbel_noise(tf.shape(logits)), MASKED_LOGIT), axis=-1,
                                  output_type=self.action_spec.dtype)
             deviate = self._generator.uniform(tf.shape(action)) < self._exploration
             action = tf.where(deviate, anywhere, action)
