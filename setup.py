@@ -40,7 +40,7 @@ setuptools.setup(
     license="Apache-2.0",
     python_requires=">=3.11,<3.12",
     packages=setuptools.find_packages(include=["tfplaceto", "tfplaceto.*"]),
-    package_data={"tfplaceto": ["policy/pretrained/*", "policy/pretrained/saved_policy/*",
+    package_data={"tfplaceto": ["policy/*.gin", "policy/pretrained/*", "policy/pretrained/saved_policy/*",
                               "policy/pretrained/saved_policy/variables/*", "protos/*.proto"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES},

@@ -123,7 +123,7 @@ def main(argv=None) -> None:
                         help="also train a policy this many episodes and force its deviations")
     parser.add_argument("--starts", type=int, default=3, help="random starts of the policy diagnostic")
     parser.add_argument("--gin-param", action="append", default=[],
-                        help="a gin binding on top of the shipped policy's train.gin (repeatable)")
+                        help="a gin binding on top of train.gin (repeatable)")
     args = parser.parse_args(argv)
     header = "".join(f"{f'+{k} dev.':>10}" for k in range(1, args.max_deviations + 1))
     print(f"{'graph':<18} {'classes':>7} {'best base':>10} {'single':>10} {'inputs':>10}{header}"

@@ -5,8 +5,8 @@ For each held-out member (never trained on) of each family, on each cluster: the
 climbing; the mean simulated step time of their end placements) with
 - the shipped policy (or `--policy DIR`), zero-shot;
 - a policy trained on that member alone from fresh weights (`--per-graph-episodes`, 0 to skip),
-  configured as the shipped policy is (`--gin`, default `tfplaceto/policy/train.gin`, then
-  `--gin-param`: the same MDP and settings);
+  configured as the shipped policy was (`--gin`, default `tfplaceto/policy/pretrained/train.gin`,
+  then `--gin-param`: the same MDP and settings);
 - untrained weights (the control) and uniform random actions from the same starts;
 against the best fast baseline. Prints every row and the averages the targets are stated in; each
 figure's row also counts the end placements that run out of device memory (`*_oom` in the JSON).
@@ -77,8 +77,8 @@ def main(argv=None) -> None:
     parser.add_argument("--per-graph-episodes", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--gin", default=os.path.join(ROOT, "tfplaceto", "policy", "train.gin"),
-                        help="the per-graph policies' configuration (the shipped policy's gin file)")
+    parser.add_argument("--gin", default=os.path.join(ROOT, "tfplaceto", "policy", "pretrained", "train.gin"),
+                        help="the per-graph policies' configuration (the shipped policy's own gin file)")
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")

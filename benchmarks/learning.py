@@ -215,6 +215,11 @@ def main(argv=None) -> None:
                 json.dump(rows, f, indent=1)
         if args.plot:
             plot(rows, args.plot)
+    report(rows, args.starts)
+
+
+def report(rows: list[dict], starts: int) -> None:
+    """Prints the table of `rows` (run_graph's) and the line of how many graphs reached the target."""
     print(f"\n{'graph':<18} {'best baseline':>22} {'untrained':>10} {'random':>10} {'last':>10} "
           f"{'policy':>10} {'(episode)':>9} {'OOM':>4} {'x best':>7} {'x untr.':>8} {'from single':>12} "
           f"{'reached 1.05x at':>24}")
@@ -223,7 +228,7 @@ def main(argv=None) -> None:
                    else "not reached")
         print(f"{r['graph']:<18} {r['best_baseline_s'] * 1e3:>10.3f} ms ({r['best_baseline']:>7}) "
               f"{r['untrained_s'] * 1e3:>8.3f}ms {r['random_actions_s'] * 1e3:>8.3f}ms {r['last_s'] * 1e3:>8.3f}ms "
-              f"{r['final_s'] * 1e3:>8.3f}ms {str(r['selected_episode']):>9} {r['final_oom']:>2}/{args.starts:<1} "
+              f"{r['final_s'] * 1e3:>8.3f}ms {str(r['selected_episode']):>9} {r['final_oom']:>2}/{starts:<1} "
               f"{r['final_over_best']:>7.3f} {r['final_over_untrained']:>8.3f} {r['from_single_s'] * 1e3:>10.3f}ms "
               f"{reached:>24}")
     for r in rows:
@@ -235,6 +240,7 @@ def main(argv=None) -> None:
     met = sum(r["met"] for r in rows)
     print(f"policy alone within {TARGET:.2f}x of the best fast baseline (and in memory) on {met}/{len(rows)} "
           f"graphs; at most 0.8x untrained weights on {sum(r['final_over_untrained'] <= 0.8 for r in rows)}/{len(rows)}")
+
 
 if __name__ == "__main__":
     main()

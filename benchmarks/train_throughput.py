@@ -3,8 +3,8 @@
 Both engines train on the same problem (default: cifar10-cells/0 on 4xV100) from fresh weights
 for the same number of episodes, each in its own process: the reference engine runs from a git
 worktree of `--reference` (default: the commit before the lockstep engine), with that commit's
-own defaults (4 episodes per update, simulator lookahead); this engine with the shipped policy's
-configuration (`tfplaceto/policy/train.gin`: 16 lockstep episodes per batch, 4 updates per
+own defaults (4 episodes per update, simulator lookahead); this engine with the training
+configuration (`tfplaceto/policy/train.gin`: 64 lockstep episodes per batch, 4 updates per
 batch, one embedding per 8 steps; model selection off), then the `--gin-param` bindings
 (repeatable; this engine only: a candidate configuration). A decision is one action (one node
 placed). Timed from the end of each engine's first update (its compiled functions are traced by
@@ -52,7 +52,7 @@ cluster = tp.Cluster.preset(cluster)
 problem = make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
 import os
 shipped = os.path.join("tfplaceto", "policy", "train.gin")
-if os.path.exists(shipped):  # the engine's shipped configuration, when it has one
+if os.path.exists(shipped):  # the engine's training configuration, when it has one
     import gin
     gin.parse_config_file(shipped)
     gin.bind_parameter("train.select_every", None)  # evaluation for model selection: not training
