@@ -20,7 +20,7 @@ and memory bandwidth. Last lines: `cpu-time: new D/cpu-s vs reference R/cpu-s de
 X.XXx`, then `throughput: new D/s vs reference R/s decisions = X.XXx` (wall clock, summed over
 the rounds). `--reference HEAD` measures the same engine on both sides: the figures' bias.
 
-    python benchmarks/train_throughput.py --episodes 48 --new-episodes 320
+    python benchmarks/train_throughput.py --episodes 48 --new-episodes 640
     python benchmarks/train_throughput.py --gin-param 'train.view="placed"' --gin-param train.refresh_every=1
     python benchmarks/train_throughput.py --reference HEAD --episodes 192 --new-episodes 192
 """
@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cluster", default="4xV100")
     parser.add_argument("--episodes", type=int, default=48,
                         help="the reference engine's episodes (the first update's are not timed)")
-    parser.add_argument("--new-episodes", type=int, default=320,
+    parser.add_argument("--new-episodes", type=int, default=640,
                         help="this engine's episodes: more, so that both run for about the same time")
     parser.add_argument("--reference", default=REFERENCE, help="git commit of the reference engine")
     parser.add_argument("--gin-param", action="append", default=[], metavar="BINDING",
