@@ -51,10 +51,10 @@ op_graph = tp.import_graph("builtin:" + graph)
 cluster = tp.Cluster.preset(cluster)
 problem = make_problem(op_graph, cluster, tp.profile(op_graph, cluster))
 import os
-shipped = os.path.join("tfplaceto", "policy", "train.gin")
-if os.path.exists(shipped):  # the engine's training configuration, when it has one
+configuration = os.path.join("tfplaceto", "policy", "train.gin")
+if os.path.exists(configuration):  # the engine's training configuration, when it has one
     import gin
-    gin.parse_config_file(shipped)
+    gin.parse_config_file(configuration)
     gin.bind_parameter("train.select_every", None)  # evaluation for model selection: not training
     gin.parse_config(bindings)  # --gin-param (this engine only)
 import time
