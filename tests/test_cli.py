@@ -81,11 +81,14 @@ def test_the_installed_entry_point_runs(graph_file, tmp_path):
     assert out.read_text().count("device:") > 10
 
 
-def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys):
+def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys, monkeypatch):
     logdir = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)  # the packaged gin file is named as in the README, from anywhere
     assert main(["train", "--family", "cifar10-cells", "--cluster", "2xK80", "--logdir", str(logdir),
-                 "--episodes", "2", "--num-graphs", "1", "--gin-param", "train.lanes = 2"]) == 0
+                 "--episodes", "2", "--num-graphs", "1", "--gin", "tfplaceto/policy/train.gin",
+                 "--gin-param", "train.lanes = 2"]) == 0
     assert (logdir / "policy" / "policy.json").exists()
+    assert "train.exploration = 0.01" in (logdir / "operative_config.gin").read_text()
     capsys.readouterr()
     assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),
                  "--episodes", "1"]) == 2

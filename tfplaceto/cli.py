@@ -346,7 +346,7 @@ def _cmd_train(args) -> int:
         raise errors.TfplacetoError(f"--episodes must be at least 1, got {args.episodes}")
     try:
         gin.clear_config()  # main() may run more than once in a process (tests, notebooks)
-        gin.parse_config_files_and_bindings(args.gin, args.gin_param)
+        gin.parse_config_files_and_bindings([_gin_file(path) for path in args.gin], args.gin_param)
     except (OSError, ValueError, KeyError) as e:
         raise errors.TfplacetoError(f"bad gin configuration: {errors.first_line(e)}") from None
     sources = _train_sources(args)
@@ -359,6 +359,15 @@ def _cmd_train(args) -> int:
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
           f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
     return 0
+
+
+def _gin_file(path: str) -> str:
+    """`path`, or the packaged file it names when not found as given: `--gin
+    tfplaceto/policy/train.gin` works from any directory, not only a checkout."""
+    import tfplaceto
+
+    packaged = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tfplaceto.__file__))), path)
+    return packaged if not os.path.exists(path) and os.path.exists(packaged) else path
 
 
 def _train_sources(args) -> list[str]:
