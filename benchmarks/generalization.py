@@ -6,7 +6,10 @@ climbing; the mean simulated step time of their end placements) with
 - the shipped policy (or `--policy DIR`), zero-shot;
 - a policy trained on that member alone from fresh weights (`--per-graph-episodes`, 0 to skip),
   configured as the shipped policy was (`--gin`, default `tfplaceto/policy/pretrained/train.gin`,
-  then `--gin-param`: the same MDP and settings);
+  then `--gin-param`: the same MDP and settings). The per-graph column of docs/RESULTS.md (512
+  episodes) was made when that file bound 16 lanes, before session 13's shipped policy:
+  `--gin-param train.lanes=16 --gin-param train.entropy_decay_episodes=4096` restores it;
+  with 64 lanes a budget is a multiple of 64 episodes;
 - untrained weights (the control) and uniform random actions from the same starts;
 against the best fast baseline. Prints every row and the averages the targets are stated in; each
 figure's row also counts the end placements that run out of device memory (`*_oom` in the JSON).
