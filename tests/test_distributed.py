@@ -184,6 +184,35 @@ def test_an_actor_with_other_graphs_is_refused_and_bad_input_is_a_typed_error(tm
         run_actor("localhost:1", batches=1, connect_timeout_s=0.1)
 
 
+def test_pulling_the_weights_from_a_stopped_server_gives_up_instead_of_waiting_forever():
+    # Reverb's sampler waits forever for a table its server closed (seen: alive 60 s later), and
+    # the server can stop between the actor's check and its pull: the pull must be watched.
+    from tf_agents.experimental.distributed import reverb_variable_container
+
+    from tfplaceto.rl.actor_process import _LearnerGone, _pull_weights
+
+    variables = {reverb_items.POLICY_KEY: [tf.Variable(np.arange(3, dtype=np.float32))]}
+    signature = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), variables)
+    table = reverb.Table(name=reverb_items.VARIABLES, sampler=reverb.selectors.Uniform(),
+                         remover=reverb.selectors.Fifo(), rate_limiter=reverb.rate_limiters.MinSize(1),
+                         max_size=1, max_times_sampled=0, signature=signature)
+    server = reverb.Server([table], port=None)
+    address = f"localhost:{server.port}"
+    container = reverb_variable_container.ReverbVariableContainer(address, table_names=[reverb_items.VARIABLES])
+    container.push({reverb_items.POLICY_KEY: [tf.constant([5.0, 6.0, 7.0])]}, reverb_items.VARIABLES)
+    stopped = threading.Event()
+    _pull_weights(container, variables, orphaned=lambda: False, gone=stopped.is_set, every_s=0.2)
+    np.testing.assert_array_equal(variables[reverb_items.POLICY_KEY][0].numpy(), [5.0, 6.0, 7.0])
+    server.stop()
+    # The check before the pull still says "here": the race. The watch notices during the pull.
+    answers = iter([False])
+    began = time.monotonic()
+    with pytest.raises(_LearnerGone, match="weights"):
+        _pull_weights(container, variables, orphaned=lambda: False, gone=lambda: next(answers, True),
+                      every_s=0.2)
+    assert time.monotonic() - began < 10
+
+
 @pytest.mark.parametrize("argv", [
     ["actor", "--reverb-address", "nohost"],
     ["actor", "--reverb-address", "localhost:1", "--batches", "0"],

@@ -154,6 +154,36 @@ class _LearnerGone(Exception):
     """The actor's learner stopped (its server does not answer, or the launcher process died)."""
 
 
+def _pull_weights(container, variables: dict, orphaned, gone, every_s: float = 2.0) -> None:
+    """`container.update(variables)`, given up (`_LearnerGone`) once the learner is gone.
+
+    Reverb's sampler waits forever for a server that went away, and in the server's own process
+    (an actor thread) for a table that was closed, with no timeout to pass: the server can stop
+    between any check and the pull. So the pull runs in a thread of its own while this one
+    watches the learner; a pull that never returns is left behind in its (daemon) thread.
+    """
+    failure: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            container.update(variables, reverb_items.VARIABLES)
+        except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+            failure.append(e)
+
+    if orphaned() or gone():
+        raise _LearnerGone("its Reverb server does not answer")
+    worker = threading.Thread(target=pull, name="tfplaceto-pull-weights", daemon=True)
+    worker.start()
+    while True:
+        worker.join(every_s)
+        if not worker.is_alive():
+            break
+        if orphaned() or gone():
+            raise _LearnerGone("the policy's weights did not arrive")
+    if failure:
+        raise failure[0]
+
+
 def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict, actor_id: int,
                   incarnation: int, batches: int | None, orphaned, gone, progress: dict) -> None:
     """The actor's loop: pull the weights, collect a batch, write it (blocking while the queue is
@@ -164,11 +194,7 @@ def _collect_loop(client, container, variables: dict, env, py_policy, spec: dict
     writer = client.trajectory_writer(num_keep_alive_refs=1)
     try:
         while (batches is None or progress["written"] < batches) and not orphaned():
-            # Reverb's clients wait for a server that went away (sampling the weights would block
-            # forever): ask first, with a timeout. `exit_when_learner_gone` covers the rest.
-            if gone():
-                raise _LearnerGone("its Reverb server does not answer")
-            container.update(variables, reverb_items.VARIABLES)
+            _pull_weights(container, variables, orphaned, gone)
             experience, weights, _ = collect(env, py_policy, env.reset())
             summaries = env.pop_summaries()
             episodes += len(summaries)
