@@ -427,7 +427,7 @@ class _RecordingActor:
         self.events.append("actor")
         self._all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
 
-    def episodes(self, start="random", count=1, greedy=True, window=None, seed=None):
+    def episodes(self, start="random", count=1, greedy=True, window=None, seed=None, deadline=None):
         self.events.append("episode")
         return [(self._all_on_last if isinstance(start, str) else start).copy() for _ in range(count)]
 
@@ -437,9 +437,17 @@ def test_the_placer_climbs_the_best_baseline_before_the_policy_runs_and_runs_non
     baseline = search.best_baseline(problem)
     events = _RecordingActor.events = []
     monkeypatch.setattr(placeto, "Actor", _RecordingActor)
+    monkeypatch.setattr(placeto._LazyActor, "warm_up_s", 0.5)  # what building an actor took last
     _recording_polish(monkeypatch, events)
     placed = placeto.place(problem, seed=0, policy="untrained")
     assert events[:3] == ["polish", "actor", "episode"]  # the baseline climbed before any episode
+    # Less time than building the policy's function took last: it is not begun (it cannot be cut).
+    events.clear()
+    monkeypatch.setattr(placeto._LazyActor, "warm_up_s", 2 * search.BUDGET_S)
+    placed = placeto.place(problem, seed=0, policy="untrained")
+    assert "actor" not in events and "episode" not in events
+    assert problem.simulator().run(placed)[0] <= baseline.step_time_s
+    monkeypatch.setattr(placeto._LazyActor, "warm_up_s", 0.5)
     assert problem.simulator().run(placed)[0] <= baseline.step_time_s
     # No time at all: the best baseline is offered, no policy is built, no episode runs.
     events.clear()
@@ -520,6 +528,20 @@ def test_a_bad_logdir_is_a_typed_error(tmp_path):
     state.write_text(state.read_text()[:40])  # truncated
     with pytest.raises(errors.CheckpointError, match="corrupted"):
         run(logdir)
+
+
+def test_an_episode_takes_no_step_after_its_deadline():
+    from tfplaceto.rl.acting import Actor
+
+    problem = layered(seed=3)
+    actor = Actor(problem, PlacetoNetwork(hidden=8, rounds=2, seed=0), seed=0)
+    start = np.zeros(problem.num_nodes, np.int64)
+    cut = actor.episodes(start, 2, greedy=False, deadline=time.perf_counter() - 1)
+    assert len(cut) == 2
+    for placement in cut:
+        np.testing.assert_array_equal(placement, start)
+    whole = actor.episodes(start, 2, greedy=False, deadline=time.perf_counter() + 600)
+    assert any((placement != start).any() for placement in whole)
 
 
 def test_forced_choices_replace_the_policys_at_their_steps_only():

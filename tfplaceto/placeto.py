@@ -52,25 +52,38 @@ def policy_placement(problem: Problem, policy=None, start: str = "random", seed:
 
 
 class _LazyActor:
-    """An `Actor` built at its first episode (not at all if none is asked for)."""
+    """An `Actor` built at its first episode (not at all if none is asked for), and not begun
+    when the time left before `deadline` is shorter than building one took last time.
+
+    Building an Actor traces the policy's function: seconds on a loaded host (2-3 s measured on
+    NMT-4l, 2 cores), which no deadline can cut once it has begun. The estimate is the last
+    measured in this process (`warm_up_s`, a guess of that size before the first).
+    """
+
+    warm_up_s = 3.0
 
     def __init__(self, problem: Problem, network, seed: int):
         self._make = lambda: Actor(problem, network, seed)
         self._actor: Actor | None = None
 
-    def episodes(self, *args, **kwargs) -> list[np.ndarray]:
+    def episodes(self, *args, deadline: float | None = None, **kwargs) -> list[np.ndarray]:
         if self._actor is None:
+            began = time.perf_counter()
+            if deadline is not None and deadline - began < _LazyActor.warm_up_s:
+                return []
             self._actor = self._make()
-        return self._actor.episodes(*args, **kwargs)
+            _LazyActor.warm_up_s = time.perf_counter() - began
+        return self._actor.episodes(*args, deadline=deadline, **kwargs)
 
 
-def policy_perturbation(actor, window: int = search.WINDOW) -> search.Perturbation:
+def policy_perturbation(actor, window: int = search.WINDOW, deadline: float | None = None) -> search.Perturbation:
     """A Perturbation: sampled policy episodes (of a `tfplaceto.rl.acting.Actor`) re-placing a
-    window of `window` consecutive classes of the given placement, in lockstep."""
+    window of `window` consecutive classes of the given placement, in lockstep; none steps
+    after `deadline` (a `time.perf_counter()` value)."""
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
         return actor.episodes(placement, count, greedy=False, window=window,
-                              seed=int(rng.integers(2**31)))
+                              seed=int(rng.integers(2**31)), deadline=deadline)
 
     return perturb
 
@@ -102,9 +115,9 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         climbed before any policy episode runs, and none runs when the time is gone."""
         yield baseline.placement
         for start in ("random", baseline.placement):
-            yield from actor.episodes(start, 1, greedy=True, seed=seed)
+            yield from actor.episodes(start, 1, greedy=True, seed=seed, deadline=deadline)
 
-    perturbations = [(policy_perturbation(actor), POLICY_PERTURBATIONS),
+    perturbations = [(policy_perturbation(actor, deadline=deadline), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
     with tqdm(total=round(deadline - began), unit="s", desc="placeto search", disable=None,

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
 from tf_agents.drivers import py_driver
@@ -122,15 +124,20 @@ class Actor:
             noise = tf.where(greedy, tf.zeros_like(noise), noise)
             return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
 
+        act.get_concrete_function()  # traced here, so that building an Actor is its whole warm-up
         self._policy = policy
         self._act = act
 
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
-                 seed: int | None = None, forced: list[dict[int, int]] | None = None) -> list[np.ndarray]:
+                 seed: int | None = None, forced: list[dict[int, int]] | None = None,
+                 deadline: float | None = None) -> list[np.ndarray]:
         """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
         `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
         starts and windows (default: the actor's); `forced`: per episode, {step: device} choices
-        made for the policy (a diagnostic: does the policy carry a deviation down its branch?)."""
+        made for the policy (a diagnostic: does the policy carry a deviation down its branch?);
+        `deadline` (a `time.perf_counter()` value): no step is taken after it, and the episodes
+        cut there return their placements as they are (the classes not yet visited where the
+        start had them), so a placer's time budget bounds an episode to one step past it."""
         seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
                                    window=window, dims=self._dims)
@@ -139,6 +146,8 @@ class Actor:
         greedy = tf.constant(greedy)
         t = 0
         while not step.is_last().all():
+            if deadline is not None and time.perf_counter() >= deadline:
+                return env.placements()
             action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
             action = action.numpy().copy()
             for lane, choices in enumerate(forced or ()):
