@@ -13,7 +13,9 @@
                        fine-tuned on the problem (the same MDP it was trained with). The starts
                        are produced lazily: the best baseline is climbed before the policy runs
                        at all (its first episode traces a function: seconds on a loaded host),
-                       and no policy episode runs once the deadline has passed. Never worse than
+                       the policy is not begun with less time left than building it took last
+                       (`_LazyActor`), and no policy episode takes a step once the deadline has
+                       passed, so the budget holds to a step. Never worse than
                        the best baseline: it is always the first start, and every start is a
                        candidate.
 
