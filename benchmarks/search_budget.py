@@ -35,7 +35,7 @@ def main(argv=None) -> None:
     from tfplaceto.graph import import_graph
     from tfplaceto.problem import make_problem
 
-    budget = args.budget_s if args.budget_s is not None else search.BUDGET_S
+    budget = max(args.budget_s or 0.0, search.BUDGET_S)  # what placeto.place allows itself
     print(f"{'graph':<20} {'cluster':<7} {'budget s':>9} {'wall s':>8} {'overrun s':>10} {'step ms':>10}")
     overruns = []
     for graph in args.graphs:
