@@ -86,6 +86,36 @@ def test_rewards_sum_to_the_total_improvement(order, window):
             assert final == pytest.approx(problem.simulator().run(summary["placement"])[0])
 
 
+def test_prioritized_sampling_draws_problems_by_their_gap_and_resumes_exactly():
+    problems = [layered(seed=1), two_chains()]
+    env = PlacementEnvironment(problems, batch_size=3, seed=2, prioritize=1.0, shared_start=True)
+    assert env.gaps.tolist() == [1.0, 1.0]  # none sampled yet
+    _random_episode(env, seed=0)
+    index = env.pop_summaries()[0]["problem"]
+    ended = [lane.cost for lane in env._lanes]
+    assert env.gaps[index] == pytest.approx(max(np.mean(ended) / env.best_for(index).step_time_s - 1, 0.01))
+    assert env.gaps[1 - index] == 1.0
+
+    state = {**env.get_state(), "gaps": [4.0, 0.01]}
+    env.set_state(state)
+    draws = [env._sample_problem() for _ in range(2000)]
+    assert 0.99 < draws.count(0) / len(draws) < 1.0  # in proportion: 4.0 to 0.01
+    uniform = PlacementEnvironment(problems, batch_size=3, seed=2, prioritize=0.0)
+    uniform.set_state(state)
+    assert 0.45 < np.mean([uniform._sample_problem() for _ in range(2000)]) < 0.55
+
+    resumed = PlacementEnvironment(problems, batch_size=3, seed=7, prioritize=0.5, shared_start=True)
+    resumed.set_state(env.get_state())  # an exact resume: generator and gaps (and the bests,
+    for index, best in enumerate(env._best):  # which training restores and offers back itself)
+        resumed.best_for(index).offer(best.step_time_s, best.oom, best.placement)
+    for _ in range(4):
+        _random_episode(env, seed=1), _random_episode(resumed, seed=1)
+        assert [s["problem"] for s in env.pop_summaries()] == [s["problem"] for s in resumed.pop_summaries()]
+        assert env.gaps.tolist() == resumed.gaps.tolist()
+    with pytest.raises(ValueError, match="prioritize"):
+        PlacementEnvironment(problems, prioritize=1.5)
+
+
 def test_the_environment_keeps_the_tf_agents_contract():
     from tf_agents.environments import utils
 

@@ -22,7 +22,13 @@ serves every lane. With `same_problem` (the default) all lanes of a batch place 
 (sampled per batch), so their episodes have equal length and their returns at each step index are
 a baseline for each other; with `shared_start` they also start from the same initial placement
 (one draw per batch), so their returns differ by their actions only: the baseline's variance
-falls (common random numbers). The TF-Agents contract holds per lane: a step after a lane's LAST time
+falls (common random numbers).
+
+Problem sampling: uniform, or with `prioritize=p` a share p of the draws in proportion to each
+problem's gap (the mean end cost of its last batch over the best step time simulated for it, less
+1), the rest uniform: a curriculum that spends the batches where the policy is furthest from
+what has been found (after the "regret" scores of prioritized level replay, Jiang et al., 2021),
+not on problems it already places as well as their best. A problem not yet sampled has gap 1. The TF-Agents contract holds per lane: a step after a lane's LAST time
 step resets that lane (its action is ignored) and returns FIRST, so drivers and
 `validate_py_environment` run it unchanged.
 
@@ -132,12 +138,14 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       same_problem: all lanes of a batch place the same problem (sampled per batch).
       window: visit only this many consecutive classes of the order per episode (None: all).
       dims: padded observation sizes (default: the smallest that fit `problems`).
+      prioritize: share of problem draws made in proportion to the problems' gaps (module
+        docstring); 0: uniform.
     """
 
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
-                 window: int | None = None, shared_start: bool = False):
+                 window: int | None = None, shared_start: bool = False, prioritize: float = 0.0):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -157,6 +165,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
+        if not 0.0 <= prioritize <= 1.0:
+            raise ValueError(f"prioritize must be in [0, 1], got {prioritize}")
+        self._prioritize = prioritize
+        self._gaps = np.ones(len(self._problems))
         self._shared_start = shared_start and same_problem
         self._cache: dict = {}
         self._observation_spec = observation_spec(self._dims)
@@ -211,11 +223,18 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return summaries
 
     def get_state(self) -> dict:
-        """The random generator's state (what a resumed training run needs to continue exactly)."""
-        return {"rng": self._rng.bit_generator.state}
+        """The random generator's state and the problems' gaps (what a resumed training run
+        needs to continue exactly)."""
+        return {"rng": self._rng.bit_generator.state, "gaps": self._gaps.tolist()}
 
     def set_state(self, state: dict) -> None:
         self._rng.bit_generator.state = state["rng"]
+        self._gaps = np.asarray(state.get("gaps", self._gaps), np.float64)
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """Each problem's gap (module docstring): what `prioritize` samples by."""
+        return self._gaps.copy()
 
     # -- episodes ----------------------------------------------------------------------------------
     def _simulate(self, lane: _Lane) -> None:
@@ -281,7 +300,17 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)
 
     def _sample_problem(self) -> int:
+        if self._prioritize > 0 and self._rng.random() < self._prioritize:
+            return int(self._rng.choice(len(self._problems), p=self._gaps / self._gaps.sum()))
         return int(self._rng.integers(len(self._problems)))
+
+    def _record_gaps(self, lanes: list[_Lane]) -> None:
+        """The gap of each problem among `lanes` (episodes that just ended) from their end costs."""
+        for index, rows in _rows_by_problem(lanes).items():
+            best = self._best[index].step_time_s
+            if np.isfinite(best) and best > 0:
+                # A floor keeps every problem drawable: one placed as well as its best still drifts.
+                self._gaps[index] = max(np.mean([lanes[row].cost for row in rows]) / best - 1.0, 0.01)
 
     def _reset(self) -> ts.TimeStep:
         shared = self._sample_problem() if self._same_problem else None
@@ -305,6 +334,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         moved = [not lane.done and self._act(lane, int(device)) for lane, device in zip(self._lanes, actions.tolist())]
         self._schedule([lane for lane, changed in zip(self._lanes, moved) if changed])
         shared = None
+        ended = []
         for row, lane in enumerate(self._lanes):
             if lane.done:  # auto-reset of this lane
                 if self._same_problem:
@@ -320,6 +350,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
                 lane.done = True
                 step_type[row] = ts.StepType.LAST
                 self._summaries.append(self._summary(lane))
+                ended.append(lane)
+        self._record_gaps(ended)
         return self._observe(step_type, reward)
 
     def _act(self, lane: _Lane, device: int) -> bool:

@@ -241,7 +241,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
-          collector: Callable | None = None) -> TrainResult:
+          prioritize: float = 0.0, collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -250,8 +250,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environment and the actions.
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
-      initial, order, oom_penalty, shared_start: see PlacementEnvironment (the paper's MDP:
-        random starts; by default the lanes of a batch share theirs).
+      initial, order, oom_penalty, shared_start, prioritize: see PlacementEnvironment (the
+        paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
+        uniformly unless `prioritize`).
       hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
         when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration: see PlacetoAgent.
@@ -283,7 +284,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     start = time.perf_counter()
     problems = [problems] if isinstance(problems, Problem) else list(problems)
     env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
-                               oom_penalty=oom_penalty, shared_start=shared_start)
+                               oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize)
     packed = as_tensors(observation.pack(env.statics, env.dims))
     network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
                                         view=view, nodes_on_device=nodes_on_device)
@@ -306,6 +307,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
             env.set_state(state["env"])
             best = [best_from_json(b) for b in state["best"]]
+            for index, found in enumerate(best):  # what self-imitation replays, as before the stop
+                if found.placement is not None:
+                    env.best_for(index).offer(found.step_time_s, found.oom, found.placement)
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
         saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
@@ -315,7 +319,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         selection.load(state["selection"])
     settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
                 "shared_start": shared_start, "seed": seed, "network": network.config,
-                "exploration": exploration}
+                "exploration": exploration, "prioritize": prioritize}
     source = (collector or Embedded)(env, policy, agent, settings)
 
     def save() -> None:
