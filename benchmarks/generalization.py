@@ -19,7 +19,10 @@ figure's row also counts the end placements that run out of device memory (`*_oo
 
 `--merge A.json B.json ... --out C.json` measures nothing: it joins the rows of earlier runs
 (ordered by family, member and cluster; a later file's row replaces an earlier one's), writes them
-and prints the table and the averages over all of them.
+and prints the table and the averages over all of them. `--no-controls` measures the zero-shot
+column (and per-graph, if asked) only: the controls do not depend on the trained policy (untrained
+weights are fresh ones of its configuration, seeded), so a candidate policy's run merged after
+one with the same starts, seed and configuration has the same table as a full run.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def members(spec: str) -> list[int]:
     return [int(m) for m in spec.split(",")]
 
 
-def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int) -> dict:
+def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int,
+        controls: bool = True) -> dict:
     from tfplaceto import search
     from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.acting import Actor
@@ -61,8 +65,9 @@ def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_gr
         return Actor(problem, network, seed).episodes("random", starts, greedy=True, seed=10_000 + seed)
 
     record("zero_shot", alone(policy))
-    record("untrained", alone(PlacetoNetwork(**{**policy.config, "seed": seed})))
-    record("random_actions", random_actions(problem, starts, 10_000 + seed))
+    if controls:
+        record("untrained", alone(PlacetoNetwork(**{**policy.config, "seed": seed})))
+        record("random_actions", random_actions(problem, starts, 10_000 + seed))
     if per_graph_episodes:
         trained = train(problem, episodes=per_graph_episodes, seed=seed, progress=False)
         record("per_graph", alone(trained.exported_network()))
@@ -85,6 +90,8 @@ def main(argv=None) -> None:
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
+    parser.add_argument("--no-controls", action="store_true",
+                        help="zero-shot (and per-graph) only; merge with a run that has the controls")
     args = parser.parse_args(argv)
     if args.merge:
         rows = merge(args.merge, args.families)
@@ -111,13 +118,14 @@ def main(argv=None) -> None:
             name = f"{family}/{member}"
             problems = problems_for([f"builtin:{name}"], args.clusters)[0]  # one import per member
             for cluster, problem in zip(args.clusters, problems):
-                r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes)
+                r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes,
+                        controls=not args.no_controls)
                 rows.append(r)
                 print(line(r), flush=True)
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
-    print(averages(rows))
+    print(averages(rows) if not args.no_controls else f"{len(rows)} rows (no controls: merge them in)")
 
 
 def header(starts: int) -> str:
@@ -126,9 +134,11 @@ def header(starts: int) -> str:
 
 
 def line(r: dict) -> str:
-    per_graph = f"{r['per_graph_s'] * 1e3:10.3f}" if "per_graph_s" in r else f"{'-':>10}"
-    return (f"{r['graph']:<20} {r['cluster']:<7} {r['best_baseline_s'] * 1e3:10.3f} {r['zero_shot_s'] * 1e3:10.3f} "
-            f"{per_graph} {r['untrained_s'] * 1e3:10.3f} {r['random_actions_s'] * 1e3:10.3f}")
+    def cell(key: str) -> str:
+        return f"{r[key] * 1e3:10.3f}" if key in r else f"{'-':>10}"
+
+    return (f"{r['graph']:<20} {r['cluster']:<7} {cell('best_baseline_s')} {cell('zero_shot_s')} "
+            f"{cell('per_graph_s')} {cell('untrained_s')} {cell('random_actions_s')}")
 
 
 def figures(rows: list[dict]) -> dict:

@@ -130,9 +130,15 @@ def main(argv=None) -> None:
              # select_every), taken at this episode.
              "selected_episode": summary.get("selected_episode")}
     network = load_policy(os.path.join(args.logdir, "policy"))
+    gin_path = os.path.join(PRETRAINED_DIR, "train.gin")  # save_policy replaces the directory whole
+    with open(gin_path) as f:
+        gin_text = f.read()
     save_policy(network, PRETRAINED_DIR, notes=notes,
                 saver=policy_saver(network, training_problems(args.command)[0]))
+    with open(gin_path, "w") as f:
+        f.write(gin_text)
     print(json.dumps(notes, indent=1))
+    print(f"kept {gin_path}: make it the configuration of this run")
 
 
 if __name__ == "__main__":
