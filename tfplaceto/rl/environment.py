@@ -28,7 +28,9 @@ Problem sampling: uniform, or with `prioritize=p` a share p of the draws in prop
 problem's gap (the mean end cost of its last batch over the best step time simulated for it, less
 1), the rest uniform: a curriculum that spends the batches where the policy is furthest from
 what has been found (after the "regret" scores of prioritized level replay, Jiang et al., 2021),
-not on problems it already places as well as their best. A problem not yet sampled has gap 1. The TF-Agents contract holds per lane: a step after a lane's LAST time
+not on problems it already places as well as their best. A problem not yet sampled has gap 1.
+
+The TF-Agents contract holds per lane: a step after a lane's LAST time
 step resets that lane (its action is ignored) and returns FIRST, so drivers and
 `validate_py_environment` run it unchanged.
 

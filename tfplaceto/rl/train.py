@@ -252,7 +252,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
       initial, order, oom_penalty, shared_start, prioritize: see PlacementEnvironment (the
         paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
-        uniformly unless `prioritize`).
+        uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
       hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
         when `network` is given).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration: see PlacetoAgent.
