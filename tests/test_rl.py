@@ -337,12 +337,17 @@ def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
     assert alone(exported) <= alone(PlacetoNetwork(hidden=8, rounds=2, seed=0))
 
 
-def test_training_is_deterministic_and_resumes_exactly(tmp_path):
-    problem = layered(seed=4)
+@pytest.mark.parametrize("curriculum", [False, True])
+def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
+    # With `curriculum`: two problems drawn by their gaps, and self-imitation of the best sampled
+    # so far: a resume restores the gaps and the bests the replays clone.
+    problem = [layered(seed=4), two_chains()] if curriculum else layered(seed=4)
+    extra = dict(prioritize=0.5, self_imitation=5.0) if curriculum else {}
 
     def run(episodes, logdir=None):
         result = train(problem, episodes=episodes, seed=5, lanes=2, hidden=8, rounds=2,
-                       initial=("random", "single"), logdir=logdir, checkpoint_every=1, progress=False)
+                       initial=("random", "single"), logdir=logdir, checkpoint_every=1, progress=False,
+                       **extra)
         return [v.numpy() for v in result.network.trainable_variables], result
 
     straight, straight_result = run(8)
@@ -356,7 +361,9 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path):
         [h["step_time_s"] for h in straight_result.history])
     with open(os.path.join(logdir, "summary.json")) as f:
         summary = json.load(f)
-    assert summary["episodes"] == 8 and summary["decisions"] == 8 * problem.num_nodes
+    decisions = sum(h["problem"] == 0 for h in resumed_result.history) * layered(seed=4).num_nodes + sum(
+        h["problem"] == 1 for h in resumed_result.history) * two_chains().num_nodes
+    assert summary["episodes"] == 8 and summary["decisions"] == decisions
     assert load_policy(summary["policy_dir"]).config == resumed_result.network.config
 
 
