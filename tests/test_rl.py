@@ -109,7 +109,8 @@ def test_prioritized_sampling_draws_problems_by_their_gap_and_resumes_exactly():
     for index, best in enumerate(env._best):  # which training restores and offers back itself)
         resumed.best_for(index).offer(best.step_time_s, best.oom, best.placement)
     for _ in range(4):
-        _random_episode(env, seed=1), _random_episode(resumed, seed=1)
+        _random_episode(env, seed=1)
+        _random_episode(resumed, seed=1)
         assert [s["problem"] for s in env.pop_summaries()] == [s["problem"] for s in resumed.pop_summaries()]
         assert env.gaps.tolist() == resumed.gaps.tolist()
     with pytest.raises(ValueError, match="prioritize"):
@@ -361,8 +362,8 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
         [h["step_time_s"] for h in straight_result.history])
     with open(os.path.join(logdir, "summary.json")) as f:
         summary = json.load(f)
-    decisions = sum(h["problem"] == 0 for h in resumed_result.history) * layered(seed=4).num_nodes + sum(
-        h["problem"] == 1 for h in resumed_result.history) * two_chains().num_nodes
+    nodes = [p.num_nodes for p in (problem if curriculum else [problem])]
+    decisions = sum(nodes[h["problem"]] for h in resumed_result.history)
     assert summary["episodes"] == 8 and summary["decisions"] == decisions
     assert load_policy(summary["policy_dir"]).config == resumed_result.network.config
 

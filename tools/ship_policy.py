@@ -105,6 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--held-out", nargs="+", metavar="JSON",
                         help="only record these generalization.py results in the shipped policy.json")
     args = parser.parse_args(argv)
+    from tfplaceto.outputs import atomic_write
     from tfplaceto.policy.checkpoint import PRETRAINED_DIR, _read_config, load_policy, save_policy
 
     if args.held_out:
@@ -131,12 +132,11 @@ def main(argv=None) -> None:
              "selected_episode": summary.get("selected_episode")}
     network = load_policy(os.path.join(args.logdir, "policy"))
     gin_path = os.path.join(PRETRAINED_DIR, "train.gin")  # save_policy replaces the directory whole
-    with open(gin_path) as f:
+    with open(gin_path, "rb") as f:
         gin_text = f.read()
     save_policy(network, PRETRAINED_DIR, notes=notes,
                 saver=policy_saver(network, training_problems(args.command)[0]))
-    with open(gin_path, "w") as f:
-        f.write(gin_text)
+    atomic_write(gin_path, gin_text)
     print(json.dumps(notes, indent=1))
     print(f"kept {gin_path}: make it the configuration of this run")
 
