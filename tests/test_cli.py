@@ -86,13 +86,19 @@ def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys, monkey
     monkeypatch.chdir(tmp_path)  # the packaged gin file is named as in the README, from anywhere
     assert main(["train", "--family", "cifar10-cells", "--cluster", "2xK80", "--logdir", str(logdir),
                  "--episodes", "2", "--num-graphs", "1", "--gin", "tfplaceto/policy/train.gin",
-                 "--gin-param", "train.lanes = 2"]) == 0
+                 "--gin-param", "train.lanes = 2", "--select-members", "5"]) == 0
     assert (logdir / "policy" / "policy.json").exists()
     assert "train.exploration = 0.01" in (logdir / "operative_config.gin").read_text()
     capsys.readouterr()
     assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),
                  "--episodes", "1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # Model selection on members trained on (0 .. num-graphs - 1), or on no family: refused.
+    for bad in (["--family", "cifar10-cells", "--select-members", "0"], ["--family", "cifar10-cells",
+                "--select-members", "x"], ["--graph", "builtin:inception_v3", "--select-members", "5"]):
+        assert main(["train", *bad, "--cluster", "2xK80", "--logdir", str(tmp_path / "y"), "--episodes", "1"]) == 2
+        assert "--select-members" in capsys.readouterr().err
+    assert not (tmp_path / "y" / "policy").exists()
 
 
 def test_simulate_and_place_write_trace_and_gantt(graph_file, tmp_path, capsys):

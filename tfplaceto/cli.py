@@ -6,7 +6,7 @@
   tfplaceto simulate SOURCE --cluster C --placement P.pb [--gantt G.png] [--trace T.json]
   tfplaceto bench [--graphs ..] [--clusters ..] [--methods ..] --out results.json [--plot P.png]
                   [--batch-size N] [--fetch F]
-  tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N]
+  tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N] [--select-members M,..]
                   [--actors N] [--reverb-address HOST:PORT] [--gin FILE] [--gin-param P]
   tfplaceto actor --reverb-address HOST:PORT [--actor-id I]   (collects for a `train` elsewhere)
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
@@ -159,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
     train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
     train.add_argument("--seed", type=int, default=0, help="seed of the run")
+    train.add_argument("--select-members", default=None,
+                       help="with --family: members (e.g. 50,51,52) the exported policy is selected on, "
+                       "never trained on (default: selection on the training problems)")
     train.add_argument("--gin", action="append", default=[], help="gin file configuring train() (repeatable)")
     train.add_argument("--gin-param", action="append", default=[], help="gin binding, e.g. train.lanes=64")
     train.add_argument("--actors", type=int, default=0,
@@ -353,12 +356,33 @@ def _cmd_train(args) -> int:
     if args.actors < 0:
         raise errors.TfplacetoError(f"--actors must be at least 0, got {args.actors}")
     result = learner.train_sources(sources, args.cluster, args.episodes, args.logdir, seed=args.seed,
-                                   actors=args.actors, reverb_address=args.reverb_address)
+                                   actors=args.actors, reverb_address=args.reverb_address,
+                                   select_sources=_select_sources(args))
     with open(os.path.join(args.logdir, "operative_config.gin"), "w") as f:
         f.write(gin.operative_config_str())
     print(f"{result.episodes} episodes, {result.decisions} decisions in {result.wall_s:.0f} s; "
           f"policy: {result.policy_dir} (use --method placeto_policy --policy {result.policy_dir})")
     return 0
+
+
+def _select_sources(args) -> list[str] | None:
+    """The validation graphs of `--select-members` (those members of every `--family`), or None."""
+    from tfplaceto import errors
+
+    if args.select_members is None:
+        return None
+    if not args.family:
+        raise errors.TfplacetoError("--select-members needs --family")
+    try:
+        members = sorted({int(m) for m in args.select_members.split(",") if m.strip()})
+    except ValueError:
+        raise errors.TfplacetoError(f"--select-members takes member numbers, e.g. 50,51; got "
+                                    f"{args.select_members!r}") from None
+    if not members or min(members) < args.num_graphs:
+        raise errors.TfplacetoError(f"--select-members needs members not trained on (not 0 .. "
+                                    f"{args.num_graphs - 1}); got {args.select_members!r}")
+    families = [f.strip() for f in args.family.split(",") if f.strip()]
+    return [f"builtin:{family}/{member}" for family in families for member in members]
 
 
 def _gin_file(path: str) -> str:

@@ -292,8 +292,11 @@ def train_distributed(problems: Sequence[Problem], sources: Sequence | None, clu
 
 
 def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, actors: int = 0,
-                  reverb_address: str | None = None, **config):
+                  reverb_address: str | None = None, select_sources: Sequence | None = None, **config):
     """`tfplaceto.train`: a policy trained on every source on every cluster (see `train`).
+
+    select_sources: graphs (on the same clusters) that model selection evaluates on instead of
+    the training problems (`train(select_on=...)`): validation graphs, never trained on.
 
     actors > 0 (or a `reverb_address`, "HOST:PORT", to serve actors on other machines): collection
     in actor processes through a Reverb server (`train_distributed`); 0: the embedded engine.
@@ -312,6 +315,8 @@ def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: in
         raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
                                           "builtin:NAME, presets): actor processes rebuild them from their names")
     problems, labels = problems_for(sources, clusters)
+    if select_sources:
+        config["select_on"] = problems_for(list(select_sources), clusters)[0]
     if actors or reverb_address:
         result = train_distributed(problems, sources, clusters, episodes, logdir, seed=seed, actors=actors,
                                    reverb_address=reverb_address, **config)

@@ -61,11 +61,12 @@ from tfplaceto.search import best_baseline
 
 # -- model selection ------------------------------------------------------------------------------
 class _Selection:
-    """Keeps the best policy alone seen in training: model selection on the training problems.
+    """Keeps the best policy alone seen in training: model selection on the training problems
+    (or on the validation problems `train(select_on=...)` gives).
 
     Every few updates the policy alone (greedy episodes from `starts` fixed random starts drawn
-    with a seed of their own, not the training starts) runs on up to `count` of the training
-    problems (evenly spread); its score is the geometric mean over them of the mean end step time
+    with a seed of their own, not the training starts) runs on up to `count` of the problems
+    given (evenly spread); its score is the geometric mean over them of the mean end step time
     relative to the first evaluation's (the weights training began from); an end placement that
     runs out of memory counts with the environment's OOM penalty (`placement_cost`), so a policy
     whose placements do not fit is not exported for their step time. REINFORCE's greedy
@@ -241,7 +242,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
-          prioritize: float = 0.0, collector: Callable | None = None) -> TrainResult:
+          prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
+          collector: Callable | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -271,6 +273,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       select_every: every this many batches (and at the start and the end), evaluate the policy
         alone on up to `select_problems` training problems from `select_starts` fixed random
         starts, and export the best evaluated (`_Selection`) instead of the last (None: the last).
+      select_on: the problems model selection evaluates on instead of the training problems:
+        validation members of the families, never trained on, so that the exported policy is the
+        one that places unseen graphs best rather than the one that fits its training graphs.
       self_imitation: cloning weight of the best placement found so far, replayed from the start
         of each batch (`_SelfImitation`; 0: off; train.gin binds 20).
       imitate_baseline: with `self_imitation`, the best fast baseline's placement of each problem
@@ -313,7 +318,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             history = state.get("history", [])
         writer = tf.summary.create_file_writer(logdir)
         saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
-    selection = (_Selection(problems, network, seed, select_starts, select_problems, oom_penalty) if select_every
+    select_on = [select_on] if isinstance(select_on, Problem) else list(select_on or problems)
+    selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty) if select_every
                  else None)
     if selection is not None and state and state.get("selection"):
         selection.load(state["selection"])
