@@ -338,6 +338,30 @@ def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
     assert alone(exported) <= alone(PlacetoNetwork(hidden=8, rounds=2, seed=0))
 
 
+def test_model_selection_on_validation_problems_exports_the_best_there(monkeypatch):
+    from tfplaceto.rl import train as train_module
+
+    trained_on, validation = two_chains(length=4, megabytes=100), layered(seed=4)
+    evaluated = []
+
+    class Recording(train_module._Selection):
+        def __init__(self, problems, *args, **kwargs):
+            evaluated.extend(problems)
+            super().__init__(problems, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "_Selection", Recording)
+    result = train(trained_on, episodes=32, lanes=8, seed=0, hidden=8, rounds=2, learning_rate=1e-2,
+                   select_every=1, select_starts=3, select_on=[validation], progress=False)
+    assert evaluated == [validation]
+    exported, fresh = result.exported_network(), PlacetoNetwork(hidden=8, rounds=2, seed=0)
+
+    def alone(network):  # the selection's own evaluation: its fixed starts on the validation problem
+        placements = greedy_placements(validation, network, start="random", starts=3, seed=20_000)
+        return np.mean([validation.simulator().run(p)[0] for p in placements])
+
+    assert alone(exported) <= alone(fresh)
+
+
 @pytest.mark.parametrize("curriculum", [False, True])
 def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
     # With `curriculum`: two problems drawn by their gaps, and self-imitation of the best sampled

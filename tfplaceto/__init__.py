@@ -44,8 +44,9 @@ def train(sources, clusters, episodes: int, logdir: str | None, seed: int = 0, a
     `best_step_time_s` (per source and cluster). `config`: arguments of `tfplaceto.rl.train.train`.
     `actors > 0` collects in that many actor processes through a Reverb server on loopback;
     `reverb_address="HOST:PORT"` serves it on PORT for `tfplaceto actor` on other machines too
-    (`tfplaceto.rl.learner`). `logdir/summary.json` holds `episodes`, `decisions`, `wall_s`,
-    `learner_steps`, `episodes_per_actor` and `policy_dir`.
+    (`tfplaceto.rl.learner`). `select_sources=[...]`: graphs (on the same clusters) the exported
+    policy is selected on instead of the training graphs. `logdir/summary.json` holds `episodes`,
+    `decisions`, `wall_s`, `learner_steps`, `episodes_per_actor` and `policy_dir`.
     """
     from tfplaceto.rl.learner import train_sources  # TF-Agents loads only when training
 
