@@ -454,29 +454,41 @@ def _recording_polish(monkeypatch, events):
     monkeypatch.setattr(search, "polish", recording)
 
 
-def test_search_climbs_each_start_before_the_next_and_asks_for_none_after_the_deadline(monkeypatch):
+def test_search_climbs_a_later_start_only_when_it_begins_better_and_asks_for_none_after_the_deadline(monkeypatch):
     problem = layered(seed=6, cpu_only=[3])
-    first = search.best_baseline(problem).placement
+    baseline = search.best_baseline(problem).placement
+    all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
+    simulator = problem.simulator()
+    assert simulator.run(all_on_last)[0] > simulator.run(baseline)[0]
     events = []
     _recording_polish(monkeypatch, events)
 
-    def starts(deadline_passed):
+    def starts(deadline_passed, first, second):
         events.append("start 0")
         yield first
         if deadline_passed:
             raise AssertionError("a start was asked for after the deadline")
         events.append("start 1")
-        yield np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
+        yield second
 
     def never(rng, placement, count):
         raise AssertionError("a perturbation after the deadline")
 
-    found = search.search(problem, starts(True), [(never, 1)], deadline=time.perf_counter() - 1)
+    found = search.search(problem, starts(True, baseline, None), [(never, 1)], deadline=time.perf_counter() - 1)
     assert events == ["start 0", "polish"]  # offered (and climbed, to the deadline) all the same
-    np.testing.assert_array_equal(found.placement, first)
-    events.clear()
-    search.search(problem, starts(False), [(search.random_window_moves(problem), 1)], patience=1)
-    assert events[:4] == ["start 0", "polish", "start 1", "polish"]
+    np.testing.assert_array_equal(found.placement, baseline)
+    moves = search.random_window_moves(problem)
+
+    def perturb(rng, placement, count):
+        events.append("perturb")
+        return moves(rng, placement, count)
+
+    for first, second, climbed in ((all_on_last, baseline, True), (baseline, all_on_last, False)):
+        events.clear()
+        found = search.search(problem, starts(False, first, second), [(perturb, 1)], patience=1)
+        # The second start is climbed when it begins better than the first, and else only offered.
+        assert events[:events.index("perturb")] == ["start 0", "polish", "start 1"] + ["polish"] * climbed
+        assert found.step_time_s <= simulator.run(baseline)[0]
 
 
 class _RecordingActor:

@@ -8,8 +8,8 @@
                        consecutive classes of a given placement.
   place                `method="placeto"` (the default): the search (`tfplaceto.search`) from the
                        best fast baseline and from the policy's own placements (from a random
-                       start and from the best baseline), perturbing by policy episodes and random
-                       moves; with `budget_s` above the search's time, the policy is first
+                       start and from the best baseline; climbed when they begin better than the
+                       best baseline), perturbing by policy episodes and random moves; with `budget_s` above the search's time, the policy is first
                        fine-tuned on the problem (the same MDP it was trained with). The starts
                        are produced lazily: the best baseline is climbed before the policy runs
                        at all (its first episode traces a function: seconds on a loaded host),
@@ -112,9 +112,9 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
     actor = _LazyActor(problem, network, seed)
 
     def starts() -> Iterator[np.ndarray]:
-        """The best baseline, then the policy's own placements. `search.search` climbs each
-        before asking for the next and asks for none after the deadline, so the baseline is
-        climbed before any policy episode runs, and none runs when the time is gone."""
+        """The best baseline, then the policy's own placements. `search.search` offers (and
+        climbs) each before asking for the next and asks for none after the deadline, so the
+        baseline is climbed before any policy episode runs, and none runs when the time is gone."""
         yield baseline.placement
         for start in ("random", baseline.placement):
             yield from actor.episodes(start, 1, greedy=True, seed=seed, deadline=deadline)

@@ -12,9 +12,10 @@ untrained weights) through the same calls. Map of the file:
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
                        placement with every perturbation, climbs each result, keeps the best.
-  search               starts (each climbed in turn) + improve until a deadline or `patience` idle
-                       rounds. The starts may be produced lazily (any iterable, a generator): each
-                       is climbed before the next is asked for, and none is asked for after the
+  search               starts (the first climbed, a later one when it begins better than the first)
+                       + improve until a deadline or `patience` idle rounds. The starts may be
+                       produced lazily (any iterable, a generator): each is offered (and
+                       climbed) before the next is asked for, and none is asked for after the
                        deadline but the first, so a costly start (a policy's episode) costs
                        nothing when the time is gone.
 
@@ -144,18 +145,29 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
 def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
            seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
            on_round: Callable[[Best], None] | None = None) -> Best:
-    """The best placement found from `starts` (each climbed) by `improve` with `perturbations`.
+    """The best placement found from `starts` by `improve` with `perturbations`.
 
-    `starts` (at least one) is consumed one at a time: each start is offered and climbed before
-    the next is asked for, and once the deadline has passed no further start is asked for (the
-    first always is, so the answer is never worse than it).
+    `starts` (at least one) is consumed one at a time: each start is offered, and climbed when it
+    promises (below), before the next is asked for; once the deadline has passed no further start
+    is asked for (the first always is, so the answer is never worse than it).
+
+    The first start is always climbed; a later one only when it begins better (by simulated (OOM,
+    step time)) than the first began. A start that begins worse mostly climbs to a worse local
+    optimum, and on a large graph its climb can take the rest of the time (NMT-4l on 2xK80: the
+    first start climbed to its optimum in 3 s, two worse ones then climbed to the deadline and no
+    perturbation round ran): that time is better spent perturbing the best.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = prepare_neighbourhoods(problem)
-    best = Best()
+    simulator = problem.simulator()
+    best, first = Best(), None
     for placement in starts:
-        offer(problem, best, placement)
-        offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
+        step_time, _, oom = simulator.run(placement)
+        best.offer(step_time, oom, placement)
+        if first is None or (oom, step_time) < first:
+            offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
+        if first is None:
+            first = (oom, step_time)
         if time.perf_counter() >= deadline:
             break  # before the iterable makes its next start
     return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods)
