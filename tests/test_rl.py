@@ -338,7 +338,7 @@ def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
     assert alone(exported) <= alone(PlacetoNetwork(hidden=8, rounds=2, seed=0))
 
 
-def test_model_selection_on_validation_problems_exports_the_best_there(monkeypatch):
+def test_model_selection_on_validation_problems_exports_the_best_there(monkeypatch, tmp_path):
     from tfplaceto.rl import train as train_module
 
     trained_on, validation = two_chains(length=4, megabytes=100), layered(seed=4)
@@ -350,9 +350,12 @@ def test_model_selection_on_validation_problems_exports_the_best_there(monkeypat
             super().__init__(problems, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "_Selection", Recording)
-    result = train(trained_on, episodes=32, lanes=8, seed=0, hidden=8, rounds=2, learning_rate=1e-2,
-                   select_every=1, select_starts=3, select_on=[validation], progress=False)
+    common = dict(lanes=8, seed=0, hidden=8, rounds=2, learning_rate=1e-2, select_every=1, select_starts=3,
+                  logdir=str(tmp_path), progress=False)
+    result = train(trained_on, episodes=32, select_on=[validation], **common)
     assert evaluated == [validation]
+    with pytest.raises(errors.InvalidArgumentError, match="same selection problems"):
+        train(trained_on, episodes=40, select_on=[validation, trained_on], **common)
     exported, fresh = result.exported_network(), PlacetoNetwork(hidden=8, rounds=2, seed=0)
 
     def alone(network):  # the selection's own evaluation: its fixed starts on the validation problem

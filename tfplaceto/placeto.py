@@ -9,8 +9,9 @@
   place                `method="placeto"` (the default): the search (`tfplaceto.search`) from the
                        best fast baseline and from the policy's own placements (from a random
                        start and from the best baseline; climbed when they begin better than the
-                       best baseline), perturbing by policy episodes and random moves; with `budget_s` above the search's time, the policy is first
-                       fine-tuned on the problem (the same MDP it was trained with). The starts
+                       best baseline), perturbing by policy episodes and random moves; with
+                       `budget_s` above the search's time, the policy is first fine-tuned on the
+                       problem (the same MDP it was trained with). The starts
                        are produced lazily: the best baseline is climbed before the policy runs
                        at all (its first episode traces a function: seconds on a loaded host),
                        the policy is not begun with less time left than building it took last

@@ -37,6 +37,7 @@ import tensorflow as tf
 from tf_agents.policies import policy_saver, py_policy
 from tf_agents.trajectories import policy_step
 
+from tfplaceto import errors
 from tfplaceto.cluster import as_cluster
 from tfplaceto.costs import profile
 from tfplaceto.graph import OpGraph, import_graph
@@ -106,7 +107,12 @@ class _Selection:
                 "score": self.score if np.isfinite(self.score) else None, "episode": self.episode}
 
     def load(self, payload: dict) -> None:
-        self.reference = None if payload["reference"] is None else np.asarray(payload["reference"])
+        reference = None if payload["reference"] is None else np.asarray(payload["reference"])
+        if reference is not None and len(reference) != len(self._runs):
+            raise errors.InvalidArgumentError(
+                f"this run's model selection evaluated {len(reference)} problems, not the {len(self._runs)} "
+                "given now: resume it with the same selection problems (select_on, --select-members)")
+        self.reference = reference
         self.score = np.inf if payload["score"] is None else payload["score"]
         self.episode = payload["episode"]
 
