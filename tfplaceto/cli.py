@@ -381,8 +381,7 @@ def _select_sources(args) -> list[str] | None:
     if not members or min(members) < args.num_graphs:
         raise errors.TfplacetoError(f"--select-members needs members not trained on (not 0 .. "
                                     f"{args.num_graphs - 1}); got {args.select_members!r}")
-    families = [f.strip() for f in args.family.split(",") if f.strip()]
-    return [f"builtin:{family}/{member}" for family in families for member in members]
+    return _family_members(args, members)
 
 
 def _gin_file(path: str) -> str:
@@ -400,10 +399,19 @@ def _train_sources(args) -> list[str]:
 
     if not args.family:
         return args.graph
-    families = [f.strip() for f in args.family.split(",") if f.strip()]
-    if not families or args.num_graphs < 1:
+    if args.num_graphs < 1:
         raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
-    return [f"builtin:{family}/{member}" for family in families for member in range(args.num_graphs)]
+    return _family_members(args, range(args.num_graphs))
+
+
+def _family_members(args, members) -> list[str]:
+    """The sources of `members` of every `--family` (builtin:FAMILY/MEMBER)."""
+    from tfplaceto import errors
+
+    families = [f.strip() for f in args.family.split(",") if f.strip()]
+    if not families:
+        raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
+    return [f"builtin:{family}/{member}" for family in families for member in members]
 
 
 def _cmd_actor(args) -> int:

@@ -79,10 +79,11 @@ def polish(problem: Problem, placement: np.ndarray, rng: np.random.Generator,
     return current
 
 
-def offer(problem: Problem, best: Best, placement: np.ndarray) -> None:
-    """Simulates `placement` and offers it to `best`."""
+def offer(problem: Problem, best: Best, placement: np.ndarray) -> tuple[bool, float]:
+    """Simulates `placement`, offers it to `best` and returns its (OOM, step time): lower is better."""
     step_time, _, oom = problem.simulator().run(placement)
     best.offer(step_time, oom, placement)
+    return oom, step_time
 
 
 def best_baseline(problem: Problem, seed: int = 0) -> Best:
@@ -159,15 +160,12 @@ def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequen
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = prepare_neighbourhoods(problem)
-    simulator = problem.simulator()
     best, first = Best(), None
     for placement in starts:
-        step_time, _, oom = simulator.run(placement)
-        best.offer(step_time, oom, placement)
-        if first is None or (oom, step_time) < first:
+        begins = offer(problem, best, placement)
+        if first is None or begins < first:
             offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
-        if first is None:
-            first = (oom, step_time)
+        first = begins if first is None else first
         if time.perf_counter() >= deadline:
             break  # before the iterable makes its next start
     return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods)
