@@ -495,8 +495,9 @@ def test_search_climbs_a_later_start_only_when_it_begins_better_and_asks_for_non
 
 
 class _RecordingActor:
-    """Stands in for `rl.acting.Actor` in the placer: logs "actor" when built and "episode" at
-    each call; an episode leaves its start as it is (from "random": all on the last device)."""
+    """Stands in for `rl.acting.Actor` in the placer: logs "actor" when built and "episode" (or
+    "window episode") at each call; an episode leaves its start as it is (from "random": all on
+    the last device)."""
 
     events: list = []
 
@@ -505,7 +506,7 @@ class _RecordingActor:
         self._all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
 
     def episodes(self, start="random", count=1, greedy=True, window=None, seed=None, deadline=None):
-        self.events.append("episode")
+        self.events.append("episode" if window is None else "window episode")
         return [(self._all_on_last if isinstance(start, str) else start).copy() for _ in range(count)]
 
 
@@ -518,12 +519,14 @@ def test_the_placer_climbs_the_best_baseline_before_the_policy_runs_and_runs_non
     _recording_polish(monkeypatch, events)
     placed = placeto.place(problem, seed=0, policy="untrained")
     assert events[:3] == ["polish", "actor", "episode"]  # the baseline climbed before any episode
+    # The shipped configuration's "placed" view ends at the same placement from every start: one.
+    assert events.count("episode") == 1
     assert problem.simulator().run(placed)[0] <= baseline.step_time_s
     # Less time than building the policy's function took last: it is not begun (it cannot be cut).
     events.clear()
     monkeypatch.setattr(placeto._LazyActor, "warm_up_s", 2 * search.BUDGET_S)
     placed = placeto.place(problem, seed=0, policy="untrained")
-    assert "actor" not in events and "episode" not in events
+    assert "actor" not in events and "episode" not in events and "window episode" not in events
     assert problem.simulator().run(placed)[0] <= baseline.step_time_s
     # No time at all: the best baseline is offered, no policy is built, no episode runs.
     events.clear()
@@ -552,6 +555,18 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
                            patience=50, neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))
     assert found.step_time_s == pytest.approx(3e-3)
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
+
+
+def test_iterated_search_climbs_no_perturbation_that_left_the_best_as_it_was(monkeypatch):
+    problem = two_chains(megabytes=100)
+    start = np.zeros(problem.num_nodes, np.int32)
+    best = Best()
+    best.offer(problem.simulator().run(start)[0], False, start)
+    climbed = []
+    monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: climbed.append(placement) or placement)
+    keep_or_move = lambda rng, placement, count: [placement.copy(), 1 - placement]  # noqa: E731
+    search.improve(problem, best, [(keep_or_move, 2)], seed=0, patience=1)
+    assert len(climbed) == 1 and not np.array_equal(climbed[0], start)
 
 
 def test_block_moves_move_a_chain_that_single_moves_cannot():
@@ -618,6 +633,17 @@ def test_an_episode_takes_no_step_after_its_deadline():
         np.testing.assert_array_equal(placement, start)
     whole = actor.episodes(start, 2, greedy=False, deadline=time.perf_counter() + 600)
     assert any((placement != start).any() for placement in whole)
+
+
+def test_with_the_placed_view_a_greedy_episode_ends_at_the_same_placement_from_every_start():
+    # What lets the placer run one greedy episode of such a policy instead of one per start.
+    from tfplaceto.rl.acting import Actor
+
+    problem = layered(seed=3)
+    for view, same in (("placed", True), ("full", False)):
+        actor = Actor(problem, PlacetoNetwork(hidden=8, rounds=2, seed=0, view=view), seed=0)
+        ends = actor.episodes("random", 3, seed=1) + actor.episodes("single", 1)
+        assert all(np.array_equal(end, ends[0]) for end in ends[1:]) == same, view
 
 
 def test_forced_choices_replace_the_policys_at_their_steps_only():

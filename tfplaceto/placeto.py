@@ -7,9 +7,10 @@
   policy_perturbation  a `search.Perturbation`: sampled policy episodes re-placing a window of
                        consecutive classes of a given placement.
   place                `method="placeto"` (the default): the search (`tfplaceto.search`) from the
-                       best fast baseline and from the policy's own placements (from a random
-                       start and from the best baseline; climbed when they begin better than the
-                       best baseline), perturbing by policy episodes and random moves; with
+                       best fast baseline and from the policy's own placement (one greedy episode;
+                       with a "full"-view policy also one from the best baseline; climbed when it
+                       begins better than the best baseline), perturbing by policy episodes and
+                       random moves; with
                        `budget_s` above the search's time, the policy is first fine-tuned on the
                        problem (the same MDP it was trained with). The starts
                        are produced lazily: the best baseline is climbed before the policy runs
@@ -117,7 +118,10 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         climbs) each before asking for the next and asks for none after the deadline, so the
         baseline is climbed before any policy episode runs, and none runs when the time is gone."""
         yield baseline.placement
-        for start in ("random", baseline.placement):
+        # With the "placed" view a greedy episode ends at the same placement from every start
+        # (`tfplaceto.policy.features`): a second start would repeat the first.
+        own = ("random",) if network.config["view"] == "placed" else ("random", baseline.placement)
+        for start in own:
             yield from actor.episodes(start, 1, greedy=True, seed=seed, deadline=deadline)
 
     perturbations = [(policy_perturbation(actor, deadline=deadline), POLICY_PERTURBATIONS),

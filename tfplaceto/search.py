@@ -123,8 +123,9 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
     Each round draws `count` perturbed placements of the best from each (perturbation, count),
-    climbs each (`polish`) and keeps the best seen. Ends at `deadline` or after `patience` rounds
-    in a row without improvement; `on_round(best)` is called after every round.
+    climbs each (`polish`; not one that left the best as it was: a policy's re-placement often
+    does) and keeps the best seen. Ends at `deadline` or after `patience` rounds in a row without
+    improvement; `on_round(best)` is called after every round.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
@@ -135,6 +136,8 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
             for moved in perturb(rng, best.placement, count):
                 if time.perf_counter() >= deadline:
                     break
+                if np.array_equal(moved, best.placement):
+                    continue  # the best, already climbed: its climb would find nothing
                 offer(problem, best, moved)
                 offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
