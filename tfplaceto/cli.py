@@ -400,7 +400,7 @@ def _train_sources(args) -> list[str]:
     if not args.family:
         return args.graph
     if args.num_graphs < 1:
-        raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
+        raise errors.TfplacetoError(f"--num-graphs must be at least 1, got {args.num_graphs}")
     return _family_members(args, range(args.num_graphs))
 
 
@@ -410,7 +410,7 @@ def _family_members(args, members) -> list[str]:
 
     families = [f.strip() for f in args.family.split(",") if f.strip()]
     if not families:
-        raise errors.TfplacetoError("--family needs a family name and --num-graphs at least 1")
+        raise errors.TfplacetoError(f"--family needs a family name, got {args.family!r}")
     return [f"builtin:{family}/{member}" for family in families for member in members]
 
 

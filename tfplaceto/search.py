@@ -124,8 +124,8 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
 
     Each round draws `count` perturbed placements of the best from each (perturbation, count),
     climbs each (`polish`; not one that left the best as it was, as a policy's re-placement
-    sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds in a row without
-    improvement; `on_round(best)` is called after every round.
+    sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds in a
+    row without improvement; `on_round(best)` is called after every round.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
