@@ -26,6 +26,7 @@ The budget is an episode count (seeded), so a result does not depend on the mach
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import time
@@ -234,6 +235,27 @@ class TrainResult:
 
 
 
+def _fixed_op_order(on: bool = True):
+    """A context in which every TensorFlow function runs with the single-threaded executor.
+
+    Why: the same update, on the same batch from the same weights, gave different weights now and
+    then under TensorFlow's default executor (27 of 160 updates replayed; docs/RESULTS.md), and
+    REINFORCE carried the difference on: runs of the shipped command parted after ~1200 episodes,
+    at an episode that changed with the load on the machine or the progress bar. A fresh function
+    repeated every time; the training run's own, after hundreds of calls on batches of other
+    shapes, did not. That executor decides from timings it measures whether to run an op at once
+    or queue it, so the order ops run in can change between calls, and `AddN` (which sums the
+    gradients of a tensor used in several places) begins its sum with whichever input buffer it
+    can reuse at that moment: with three or more inputs, a different float sum. With the
+    single-threaded executor, which runs the ops in one fixed order, two runs of the shipped
+    configuration repeat bit for bit. Each op still uses its own threads (TensorFlow's intra-op
+    parallelism and oneDNN stay as they are).
+    """
+    if not on:
+        return contextlib.nullcontext()
+    return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
+
+
 @gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
@@ -249,7 +271,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
-          collector: Callable | None = None) -> TrainResult:
+          collector: Callable | None = None, reproducible: bool = True) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -291,155 +313,159 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
         On in train.gin (the shipped policy's training).
       collector: where batches come from (module docstring; default `Embedded`).
+      reproducible: run TensorFlow's functions one op at a time in a fixed order
+        (`_fixed_op_order`), so that a run repeats bit for bit on the same machine and build;
+        False: TensorFlow's default executor, which may run independent ops at the same time.
     """
-    start = time.perf_counter()
-    problems = [problems] if isinstance(problems, Problem) else list(problems)
-    env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
-                               oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize)
-    packed = as_tensors(observation.pack(env.statics, env.dims))
-    network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
-                                        view=view, nodes_on_device=nodes_on_device)
-    time_step_spec, action_spec = specs(env)
-    agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
-                         entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
-                         discount=discount, max_train_steps=max_train_steps, seed=seed,
-                         exploration=exploration)
-    policy = CompiledPyPolicy(agent.collect_policy, lanes)
-    decay = max(entropy_decay_episodes, 1)
-    best = [Best() for _ in problems]
-    history: list[dict] = []
-    done, decisions, wall_before = 0, 0, 0.0
+    with _fixed_op_order(reproducible):
+        start = time.perf_counter()
+        problems = [problems] if isinstance(problems, Problem) else list(problems)
+        env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
+                                   oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize)
+        packed = as_tensors(observation.pack(env.statics, env.dims))
+        network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
+                                            view=view, nodes_on_device=nodes_on_device)
+        time_step_spec, action_spec = specs(env)
+        agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
+                             entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
+                             discount=discount, max_train_steps=max_train_steps, seed=seed,
+                             exploration=exploration)
+        policy = CompiledPyPolicy(agent.collect_policy, lanes)
+        decay = max(entropy_decay_episodes, 1)
+        best = [Best() for _ in problems]
+        history: list[dict] = []
+        done, decisions, wall_before = 0, 0, 0.0
 
-    manager = writer = state = saver = None
-    if logdir:
-        checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
-        manager, state = open_logdir(logdir, checkpoint, problems, network)
-        if state is not None:
-            done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
-            env.set_state(state["env"])
-            best = [best_from_json(b) for b in state["best"]]
-            for index, found in enumerate(best):  # what self-imitation replays, as before the stop
-                if found.placement is not None:
-                    env.best_for(index).offer(found.step_time_s, found.oom, found.placement)
-            history = state.get("history", [])
-        writer = tf.summary.create_file_writer(logdir)
-        saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
-    select_on = [select_on] if isinstance(select_on, Problem) else list(select_on or problems)
-    selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty) if select_every
-                 else None)
-    if selection is not None and state and state.get("selection"):
-        selection.load(state["selection"])
-    settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
-                "shared_start": shared_start, "seed": seed, "network": network.config,
-                "exploration": exploration, "prioritize": prioritize}
-    source = (collector or Embedded)(env, policy, agent, settings)
+        manager = writer = state = saver = None
+        if logdir:
+            checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
+            manager, state = open_logdir(logdir, checkpoint, problems, network)
+            if state is not None:
+                done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
+                env.set_state(state["env"])
+                best = [best_from_json(b) for b in state["best"]]
+                for index, found in enumerate(best):  # what self-imitation replays, as before the stop
+                    if found.placement is not None:
+                        env.best_for(index).offer(found.step_time_s, found.oom, found.placement)
+                history = state.get("history", [])
+            writer = tf.summary.create_file_writer(logdir)
+            saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
+        select_on = [select_on] if isinstance(select_on, Problem) else list(select_on or problems)
+        selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty) if select_every
+                     else None)
+        if selection is not None and state and state.get("selection"):
+            selection.load(state["selection"])
+        settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
+                    "shared_start": shared_start, "seed": seed, "network": network.config,
+                    "exploration": exploration, "prioritize": prioritize}
+        source = (collector or Embedded)(env, policy, agent, settings)
 
-    def save() -> None:
-        nonlocal updates_since_save
-        updates_since_save = 0  # batches since the last checkpoint, whoever wrote it
-        if manager is None:
-            return
-        wall = wall_before + time.perf_counter() - start
-        path = manager.save(checkpoint_number=agent.train_step_counter)
-        if selection is None:  # else the policy is exported when selected
-            save_policy(network, os.path.join(logdir, "policy"),
-                        notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
-                        saver=saver)
-        write_json(os.path.join(logdir, "state.json"), {
-            "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
-            "wall_s": wall, "fingerprints": problem_fingerprints(problems), "network": network.config,
-            "env": env.get_state(), "best": [best_to_json(b) for b in best], "history": history,
-            "selection": None if selection is None else selection.to_json()})
-        write_json(os.path.join(logdir, "summary.json"), {
-            "episodes": done, "decisions": decisions, "wall_s": wall,
-            "learner_steps": int(agent.train_step_counter.numpy()),
-            "episodes_per_actor": source.episodes_per_actor() or {"0": done},
-            "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
-            "selected_episode": None if selection is None else selection.episode,
-            "best_step_time_s": [b.step_time_s for b in best]})
+        def save() -> None:
+            nonlocal updates_since_save
+            updates_since_save = 0  # batches since the last checkpoint, whoever wrote it
+            if manager is None:
+                return
+            wall = wall_before + time.perf_counter() - start
+            path = manager.save(checkpoint_number=agent.train_step_counter)
+            if selection is None:  # else the policy is exported when selected
+                save_policy(network, os.path.join(logdir, "policy"),
+                            notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
+                            saver=saver)
+            write_json(os.path.join(logdir, "state.json"), {
+                "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
+                "wall_s": wall, "fingerprints": problem_fingerprints(problems), "network": network.config,
+                "env": env.get_state(), "best": [best_to_json(b) for b in best], "history": history,
+                "selection": None if selection is None else selection.to_json()})
+            write_json(os.path.join(logdir, "summary.json"), {
+                "episodes": done, "decisions": decisions, "wall_s": wall,
+                "learner_steps": int(agent.train_step_counter.numpy()),
+                "episodes_per_actor": source.episodes_per_actor() or {"0": done},
+                "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
+                "selected_episode": None if selection is None else selection.episode,
+                "best_step_time_s": [b.step_time_s for b in best]})
 
-    def select() -> None:
-        """Evaluates the policy alone; exports it (and checkpoints) when it is the best so far."""
-        if not selection.offer(done):
-            return
-        if manager is not None:
-            save_policy(network, os.path.join(logdir, "policy"), notes={
-                "episodes": done, "decisions": decisions, "problems": len(problems),
-                "selected_episode": done, "selection_score": selection.score}, saver=saver)
-            save()
-        if writer is not None:
-            with writer.as_default(step=done):
-                tf.summary.scalar("select/score", selection.score)
+        def select() -> None:
+            """Evaluates the policy alone; exports it (and checkpoints) when it is the best so far."""
+            if not selection.offer(done):
+                return
+            if manager is not None:
+                save_policy(network, os.path.join(logdir, "policy"), notes={
+                    "episodes": done, "decisions": decisions, "problems": len(problems),
+                    "selected_episode": done, "selection_score": selection.score}, saver=saver)
+                save()
+            if writer is not None:
+                with writer.as_default(step=done):
+                    tf.summary.scalar("select/score", selection.score)
 
-    if selection is not None and selection.reference is None:
-        select()  # the reference: the weights training begins from
+        if selection is not None and selection.reference is None:
+            select()  # the reference: the weights training begins from
 
-    imitator = _SelfImitation(env, self_imitation)
-    if imitate_baseline:
-        for index, problem in enumerate(problems):
-            teacher = best_baseline(problem, seed)
-            env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
-    bar = None
-    if progress:
-        bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
-    updates_since_save = batches_since_select = 0
-    while done < episodes:
-        if stop_after_s is not None and time.perf_counter() - start >= stop_after_s:
-            break
-        agent.entropy_coefficient.assign(entropy_coefficient + (final_entropy_coefficient - entropy_coefficient)
-                                         * min(done / decay, 1.0))
-        experience, weights, summaries, candidates = source.batch()
-        decisions += int(weights.sum())
-        experience, weights, imitation = imitator.batch(experience, weights, summaries)
-        batch = tf.nest.map_structure(tf.constant, experience)
-        extra = {} if imitation is None else {"imitation": tf.constant(imitation)}
-        for _ in range(updates_per_batch):
-            loss_info = agent.train(batch, tf.constant(weights), **extra)
-        update = int(agent.train_step_counter.numpy())
-        wall = wall_before + time.perf_counter() - start
-        source.after_update(agent, writer, done + len(summaries))
-        for index, candidate in candidates:
-            if candidate.placement is not None:
-                best[index].offer(candidate.step_time_s, candidate.oom, candidate.placement)
-        for summary in summaries:
-            done += 1
-            entry = {"episode": done, "update": update, "wall_s": wall, "problem": summary["problem"],
-                     "step_time_s": summary["step_time_s"], "improvement": summary["improvement"],
-                     "best_step_time_s": best[summary["problem"]].step_time_s}
-            history.append(entry)
-            if callback is not None:
-                callback(entry)
-        if writer is not None:
-            with writer.as_default(step=done):
-                tf.summary.scalar("episode/step_time_s", np.mean([s["step_time_s"] for s in summaries]))
-                tf.summary.scalar("episode/improvement", np.mean([s["improvement"] for s in summaries]))
-                tf.summary.scalar("train/loss", loss_info.loss)
-                tf.summary.scalar("train/policy_loss", loss_info.extra.policy_loss)
-                tf.summary.scalar("train/entropy", loss_info.extra.entropy)
-                tf.summary.scalar("train/decisions_per_s", decisions / max(wall, 1e-9))
+        imitator = _SelfImitation(env, self_imitation)
+        if imitate_baseline:
+            for index, problem in enumerate(problems):
+                teacher = best_baseline(problem, seed)
+                env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
+        bar = None
+        if progress:
+            bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
+        updates_since_save = batches_since_select = 0
+        while done < episodes:
+            if stop_after_s is not None and time.perf_counter() - start >= stop_after_s:
+                break
+            agent.entropy_coefficient.assign(entropy_coefficient + (final_entropy_coefficient - entropy_coefficient)
+                                             * min(done / decay, 1.0))
+            experience, weights, summaries, candidates = source.batch()
+            decisions += int(weights.sum())
+            experience, weights, imitation = imitator.batch(experience, weights, summaries)
+            batch = tf.nest.map_structure(tf.constant, experience)
+            extra = {} if imitation is None else {"imitation": tf.constant(imitation)}
+            for _ in range(updates_per_batch):
+                loss_info = agent.train(batch, tf.constant(weights), **extra)
+            update = int(agent.train_step_counter.numpy())
+            wall = wall_before + time.perf_counter() - start
+            source.after_update(agent, writer, done + len(summaries))
+            for index, candidate in candidates:
+                if candidate.placement is not None:
+                    best[index].offer(candidate.step_time_s, candidate.oom, candidate.placement)
+            for summary in summaries:
+                done += 1
+                entry = {"episode": done, "update": update, "wall_s": wall, "problem": summary["problem"],
+                         "step_time_s": summary["step_time_s"], "improvement": summary["improvement"],
+                         "best_step_time_s": best[summary["problem"]].step_time_s}
+                history.append(entry)
+                if callback is not None:
+                    callback(entry)
+            if writer is not None:
+                with writer.as_default(step=done):
+                    tf.summary.scalar("episode/step_time_s", np.mean([s["step_time_s"] for s in summaries]))
+                    tf.summary.scalar("episode/improvement", np.mean([s["improvement"] for s in summaries]))
+                    tf.summary.scalar("train/loss", loss_info.loss)
+                    tf.summary.scalar("train/policy_loss", loss_info.extra.policy_loss)
+                    tf.summary.scalar("train/entropy", loss_info.extra.entropy)
+                    tf.summary.scalar("train/decisions_per_s", decisions / max(wall, 1e-9))
+            if bar is not None:
+                bar.update(len(summaries))
+                bar.set_postfix(end_ms=f"{np.mean([s['step_time_s'] for s in summaries]) * 1e3:.4g}",
+                                entropy=f"{float(loss_info.extra.entropy):.2f}")
+            batches_since_select += 1
+            if selection is not None and batches_since_select >= select_every:
+                select()
+                batches_since_select = 0
+            updates_since_save += 1
+            if updates_since_save >= checkpoint_every:
+                save()
         if bar is not None:
-            bar.update(len(summaries))
-            bar.set_postfix(end_ms=f"{np.mean([s['step_time_s'] for s in summaries]) * 1e3:.4g}",
-                            entropy=f"{float(loss_info.extra.entropy):.2f}")
-        batches_since_select += 1
-        if selection is not None and batches_since_select >= select_every:
+            bar.close()
+        if selection is not None and batches_since_select:
             select()
-            batches_since_select = 0
-        updates_since_save += 1
-        if updates_since_save >= checkpoint_every:
+        if updates_since_save or (manager is not None and manager.latest_checkpoint is None):
             save()
-    if bar is not None:
-        bar.close()
-    if selection is not None and batches_since_select:
-        select()
-    if updates_since_save or (manager is not None and manager.latest_checkpoint is None):
-        save()
-    if writer is not None:
-        writer.flush()
-    return TrainResult(network, best, history, done, decisions, wall_before + time.perf_counter() - start,
-                       os.path.join(logdir, "policy") if logdir else None,
-                       selected_episode=None if selection is None else selection.episode,
-                       selected_weights=None if selection is None else selection.weights)
+        if writer is not None:
+            writer.flush()
+        return TrainResult(network, best, history, done, decisions, wall_before + time.perf_counter() - start,
+                           os.path.join(logdir, "policy") if logdir else None,
+                           selected_episode=None if selection is None else selection.episode,
+                           selected_weights=None if selection is None else selection.weights)
 
 
 # -- sources ------------------------------------------------------------------------------------------
