@@ -88,17 +88,24 @@ def test_the_shipped_policy_has_a_saved_policy_with_its_weights_that_acts_within
     np.testing.assert_array_equal(action, np.arange(devices))
 
 
-def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(tmp_path):
-    # `tools/ship_policy.py --held-out FILES` wrote them; a rerun of the generalization benchmark
-    # that is not recorded again makes them disagree.
+def _ship_policy():
+    """(the checkout's root, tools/ship_policy.py as a module)."""
     import importlib.util
-    import json
-    import shutil
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("_ship_policy", os.path.join(root, "tools", "ship_policy.py"))
     ship_policy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ship_policy)
+    return root, ship_policy
+
+
+def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(tmp_path):
+    # `tools/ship_policy.py --held-out FILES` wrote them; a rerun of the generalization benchmark
+    # that is not recorded again makes them disagree.
+    import json
+    import shutil
+
+    root, ship_policy = _ship_policy()
     with open(os.path.join(PRETRAINED_DIR, "policy.json")) as f:
         shipped = json.load(f)
     held_out = shipped["notes"]["held_out"]
@@ -110,3 +117,21 @@ def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(t
     assert recorded == held_out
     with open(copy / "policy.json") as f:
         assert json.load(f) == shipped
+
+
+def test_reproduce_reruns_the_recorded_command_elsewhere_and_compares_every_weight():
+    # `tools/ship_policy.py --reproduce LOGDIR` trains the shipped policy again by its recorded
+    # command (into LOGDIR) and compares weights: here the comparison, on the shipped policy and
+    # on session 15's policy kept in runs/ (the same configuration, other weights).
+    import json
+
+    root, ship_policy = _ship_policy()
+    with open(os.path.join(PRETRAINED_DIR, "policy.json")) as f:
+        command = json.load(f)["notes"]["trained_by"]
+    words = ship_policy.with_logdir(command, "/tmp/again")
+    assert words[:2] == ["tfplaceto", "train"] and words[words.index("--logdir") + 1] == "/tmp/again"
+    assert len(words) == len(command.split())
+    same = ship_policy.weight_differences(PRETRAINED_DIR, PRETRAINED_DIR)
+    assert len(same) >= 10 and set(same.values()) == {0.0}
+    other = ship_policy.weight_differences(os.path.join(root, "runs", "shipped-policy-prio", "policy"), PRETRAINED_DIR)
+    assert other.keys() == same.keys() and max(other.values()) > 0

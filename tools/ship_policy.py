@@ -3,6 +3,7 @@
     python tools/ship_policy.py LOGDIR --command "tfplaceto train ..."
     python tools/ship_policy.py --saved-policy-only      # the shipped policy as it is
     python tools/ship_policy.py --held-out docs/generalization.json docs/generalization_per_graph_512*.json
+    python tools/ship_policy.py --reproduce LOGDIR        # train it again by its command, compare
 
 The shipped policy's policy.json then says how it was made: the command, the commit it was
 trained at, episodes, decisions and wall time (from LOGDIR/summary.json). `--held-out` records
@@ -16,6 +17,12 @@ training run writes it (`tfplaceto.rl.train`): it is built again here from the n
 problems of the training command (its sources on its clusters), because that SavedModel holds the
 packed statics of the problems it acts on. `--saved-policy-only` writes that SavedModel for the
 policy already shipped (its command from its policy.json) and leaves its other files as they are.
+
+`--reproduce LOGDIR` runs the shipped policy's recorded command with `--logdir LOGDIR` (a run
+already there resumes from its last checkpoint, so a finished one is only compared) and compares
+the policy it exports with the shipped one, variable by variable: exit status 0 when every weight
+is bit-identical (training is, on one machine and TensorFlow build: `train.reproducible`), 1 when
+not, with the largest difference.
 """
 
 from __future__ import annotations
@@ -95,6 +102,46 @@ def record_held_out(directory: str, paths: list[str]) -> dict:
     return held_out
 
 
+def with_logdir(command: str, logdir: str) -> list[str]:
+    """The words of `tfplaceto train ...` `command` with its --logdir replaced by `logdir`."""
+    words = shlex.split(command)
+    at = words.index("--logdir")
+    return words[:at + 1] + [logdir] + words[at + 2:]
+
+
+def weight_differences(directory_a: str, directory_b: str) -> dict[str, float]:
+    """Variable name -> largest absolute difference between two saved policies' weights (inf for
+    a variable of another shape)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def weights(directory):
+        path = os.path.join(directory, "weights")
+        return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)
+                if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")}
+
+    a, b = weights(directory_a), weights(directory_b)
+    return {name: float(np.max(np.abs(a[name] - b[name]), initial=0.0))
+            if name in b and np.shape(a[name]) == np.shape(b[name]) else float("inf")
+            for name in sorted(set(a) | set(b)) if name in a}
+
+
+def reproduce(logdir: str, shipped: str) -> int:
+    """Trains the policy in `shipped` again by its recorded command into `logdir`; 0 when the
+    weights are bit-identical, else 1 (prints the comparison)."""
+    from tfplaceto.policy.checkpoint import _read_config
+
+    command = _read_config(shipped)["notes"]["trained_by"]
+    words = with_logdir(command, logdir)
+    print("running:", shlex.join(words), flush=True)
+    subprocess.run([sys.executable, "-m", "tfplaceto", *words[1:]], cwd=ROOT, check=True)
+    differences = weight_differences(os.path.join(logdir, "policy"), shipped)
+    worst = max(differences.values())
+    print(f"{len(differences)} variables; largest difference {worst:g}: "
+          + ("bit-identical to the shipped policy" if worst == 0 else "NOT the shipped policy"))
+    return 0 if worst == 0 else 1
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("logdir", nargs="?")
@@ -104,10 +151,14 @@ def main(argv=None) -> None:
                         help="only (re)write saved_policy/ of the policy already shipped")
     parser.add_argument("--held-out", nargs="+", metavar="JSON",
                         help="only record these generalization.py results in the shipped policy.json")
+    parser.add_argument("--reproduce", metavar="LOGDIR",
+                        help="train the shipped policy again by its command into LOGDIR and compare")
     args = parser.parse_args(argv)
     from tfplaceto.outputs import atomic_write
     from tfplaceto.policy.checkpoint import PRETRAINED_DIR, _read_config, load_policy, save_policy
 
+    if args.reproduce:
+        sys.exit(reproduce(args.reproduce, PRETRAINED_DIR))
     if args.held_out:
         print(json.dumps(record_held_out(PRETRAINED_DIR, args.held_out), indent=1))
         return
