@@ -22,7 +22,7 @@ policy already shipped (its command from its policy.json) and leaves its other f
 already there resumes from its last checkpoint, so a finished one is only compared) and compares
 the policy it exports with the shipped one, variable by variable: exit status 0 when every weight
 is bit-identical (training is, on one machine and TensorFlow build: `train.reproducible`), 1 when
-not, with the largest difference.
+not (it prints the largest difference), the command's own when it fails.
 """
 
 from __future__ import annotations
@@ -122,19 +122,23 @@ def weight_differences(directory_a: str, directory_b: str) -> dict[str, float]:
 
     a, b = weights(directory_a), weights(directory_b)
     return {name: float(np.max(np.abs(a[name] - b[name]), initial=0.0))
-            if name in b and np.shape(a[name]) == np.shape(b[name]) else float("inf")
-            for name in sorted(set(a) | set(b)) if name in a}
+            if name in a and name in b and np.shape(a[name]) == np.shape(b[name]) else float("inf")
+            for name in sorted(set(a) | set(b))}
 
 
 def reproduce(logdir: str, shipped: str) -> int:
     """Trains the policy in `shipped` again by its recorded command into `logdir`; 0 when the
-    weights are bit-identical, else 1 (prints the comparison)."""
+    weights are bit-identical, 1 when not (prints the comparison), the command's exit status when
+    it fails."""
     from tfplaceto.policy.checkpoint import _read_config
 
     command = _read_config(shipped)["notes"]["trained_by"]
     words = with_logdir(command, logdir)
     print("running:", shlex.join(words), flush=True)
-    subprocess.run([sys.executable, "-m", "tfplaceto", *words[1:]], cwd=ROOT, check=True)
+    trained = subprocess.run([sys.executable, "-m", "tfplaceto", *words[1:]], cwd=ROOT)
+    if trained.returncode:
+        print(f"the command failed (exit status {trained.returncode}): nothing compared")
+        return trained.returncode
     differences = weight_differences(os.path.join(logdir, "policy"), shipped)
     worst = max(differences.values())
     print(f"{len(differences)} variables; largest difference {worst:g}: "
