@@ -115,8 +115,10 @@ def weight_differences(directory_a: str, directory_b: str) -> dict[str, float]:
     import numpy as np
     import tensorflow as tf
 
+    from tfplaceto.policy.checkpoint import _WEIGHTS
+
     def weights(directory):
-        path = os.path.join(directory, "weights")
+        path = os.path.join(directory, _WEIGHTS)
         return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)
                 if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")}
 
