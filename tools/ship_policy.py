@@ -111,7 +111,7 @@ def with_logdir(command: str, logdir: str) -> list[str]:
 
 def weight_differences(directory_a: str, directory_b: str) -> dict[str, float]:
     """Variable name -> largest absolute difference between two saved policies' weights (inf for
-    a variable of another shape)."""
+    a variable of another shape, or one that only one of them has)."""
     import numpy as np
     import tensorflow as tf
 
