@@ -22,8 +22,15 @@ shipped policy, which saw members 0-2) on `--held-out-clusters` (default 4xV100)
 as training and `benchmarks/generalization.py` import them (`rl.train.problems_for`). The summary
 is given over the bench rows, the held-out rows and all rows.
 
+Single rows decide an 18-row mean (a search that misses a basin on NMT-4l moves it by ~0.01), so
+one seed cannot order the variants. `--pool FILE...` pools the rows of several runs (other seeds)
+and prints, beside each variant's pooled mean ratio, placeto's paired difference to each control
+(per row and seed: placeto's ratio less the control's) with its standard error and the rows where
+placeto is better and worse: a difference within about two standard errors is not shown.
+
 Run: .venv/bin/python benchmarks/ablation.py [--graphs inception_v3,nmt_4l,nasnet]
      [--clusters 2xK80,4xK80,4xV100,8xV100] [--held-out 100,101] [--out ablation.json]
+     .venv/bin/python benchmarks/ablation.py --pool ablation_seed0.json ablation_seed1.json ...
 """
 
 from __future__ import annotations
@@ -81,7 +88,12 @@ def main(argv=None) -> None:
     parser.add_argument("--held-out-clusters", default="4xV100")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="ablation.json")
+    parser.add_argument("--pool", nargs="+", metavar="FILE", help="pool the rows of these runs' --out files")
     args = parser.parse_args(argv)
+    if args.pool:
+        rows = [row for name in args.pool for row in json.loads(pathlib.Path(name).read_text())["rows"]]
+        print(json.dumps(pooled(rows), indent=1))
+        return
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
@@ -154,6 +166,22 @@ def summarize(rows: list[dict]) -> dict:
                             "mean_ratio_to_local_search": float(np.mean(ratios)),
                             "largest_gain_over_every_baseline": float(np.max(gains))}
     return summary
+
+
+def pooled(rows: list[dict]) -> dict:
+    """Each variant's mean ratio to local_search over `rows` (of one run or several), and
+    placeto's paired difference to each control: the mean over rows of placeto's ratio less the
+    control's (negative: placeto better), its standard error, and the rows either way."""
+    ratio = {v: np.array([row["variants"][v]["step_time_s"] / row["variants"]["local_search"]["step_time_s"]
+                          for row in rows]) for v in VARIANTS[1:]}
+    result = {"rows": len(rows), "mean_ratio_to_local_search": {v: float(r.mean()) for v, r in ratio.items()}}
+    for control in VARIANTS[2:]:
+        diff = ratio["placeto"] - ratio[control]
+        result[f"placeto - {control}"] = {
+            "mean": float(diff.mean()),
+            "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan"),
+            "rows_placeto_better": int((diff < -1e-9).sum()), "rows_placeto_worse": int((diff > 1e-9).sum())}
+    return result
 
 
 if __name__ == "__main__":

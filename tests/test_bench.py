@@ -32,3 +32,28 @@ def test_best_prefers_fitting_placements():
     rows = [bench.BenchRow("g", "c", "fast_oom", 1.0, 1.0, True, {}, 0.0),
             bench.BenchRow("g", "c", "slow_fits", 2.0, 1.0, False, {}, 0.0)]
     assert bench._best(rows).method == "slow_fits"
+
+
+def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(capsys):
+    import importlib.util
+    import pathlib
+
+    import numpy as np
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("_ablation", root / "benchmarks" / "ablation.py")
+    ablation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablation)
+    runs = [root / "docs" / f"ablation_seed5policy_seed{seed}.json" for seed in range(5)]
+    ablation.main(["--pool", *map(str, runs)])
+    pooled = json.loads(capsys.readouterr().out)
+    summaries = [json.loads(run.read_text())["summary"] for run in runs]
+    assert pooled["rows"] == sum(s["rows"] for s in summaries) == 90
+    for variant in ("placeto", "untrained", "random moves"):  # equal rows a run: the mean of the runs' means
+        assert np.isclose(pooled["mean_ratio_to_local_search"][variant],
+                          np.mean([s[variant]["mean_ratio_to_local_search"] for s in summaries]))
+    for control in ("untrained", "random moves"):
+        paired = pooled[f"placeto - {control}"]
+        assert np.isclose(paired["mean"], pooled["mean_ratio_to_local_search"]["placeto"]
+                          - pooled["mean_ratio_to_local_search"][control])
+        assert paired["standard_error"] > 0 and paired["rows_placeto_better"] + paired["rows_placeto_worse"] <= 90
