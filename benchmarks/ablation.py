@@ -91,7 +91,12 @@ def main(argv=None) -> None:
     parser.add_argument("--pool", nargs="+", metavar="FILE", help="pool the rows of these runs' --out files")
     args = parser.parse_args(argv)
     if args.pool:
-        rows = [row for name in args.pool for row in json.loads(pathlib.Path(name).read_text())["rows"]]
+        rows = []
+        for name in args.pool:
+            try:
+                rows += json.loads(pathlib.Path(name).read_text())["rows"]
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                parser.error(f"--pool takes this benchmark's --out files; {name}: {type(error).__name__}: {error}")
         print(json.dumps(pooled(rows), indent=1))
         return
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import tensorflow as tf
 
 from tfplaceto import bench
@@ -57,3 +58,6 @@ def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(caps
         assert np.isclose(paired["mean"], pooled["mean_ratio_to_local_search"]["placeto"]
                           - pooled["mean_ratio_to_local_search"][control])
         assert paired["standard_error"] > 0 and paired["rows_placeto_better"] + paired["rows_placeto_worse"] <= 90
+    with pytest.raises(SystemExit):  # not a run's file: a usage error naming it, no traceback
+        ablation.main(["--pool", str(runs[0]), str(root / "README.md")])
+    assert "README.md: JSONDecodeError" in capsys.readouterr().err
