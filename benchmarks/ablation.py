@@ -152,23 +152,28 @@ def groups(rows: list[dict]) -> dict:
     return {name: summarize([row for row in rows if row["group"] == name]) for name in names}
 
 
+def ratios_to_local_search(rows: list[dict], variant: str) -> np.ndarray:
+    """`variant`'s simulated step time over local_search's, row by row."""
+    return np.array([row["variants"][variant]["step_time_s"] / row["variants"]["local_search"]["step_time_s"]
+                     for row in rows])
+
+
 def summarize(rows: list[dict]) -> dict:
     """Per variant: rows strictly better than local_search / than every fast baseline and
     local_search; its mean ratio to local_search; its largest gain over the best of all baselines."""
     summary = {"rows": len(rows)}
     for variant in VARIANTS[1:]:
-        better_ls, better_all, ratios, gains = 0, 0, [], []
+        better_ls, better_all, gains = 0, 0, []
         for row in rows:
             mine = row["variants"][variant]["step_time_s"]
             yardstick = row["variants"]["local_search"]["step_time_s"]
             best_other = min([yardstick] + [t for t, oom in row["baselines"].values() if not oom])
             better_ls += mine < yardstick * (1 - 1e-9)
             better_all += mine < best_other * (1 - 1e-9)
-            ratios.append(mine / yardstick)
             gains.append(1 - mine / best_other)
         summary[variant] = {"better_than_local_search": int(better_ls),
                             "better_than_every_baseline": int(better_all),
-                            "mean_ratio_to_local_search": float(np.mean(ratios)),
+                            "mean_ratio_to_local_search": float(ratios_to_local_search(rows, variant).mean()),
                             "largest_gain_over_every_baseline": float(np.max(gains))}
     return summary
 
@@ -177,8 +182,7 @@ def pooled(rows: list[dict]) -> dict:
     """Each variant's mean ratio to local_search over `rows` (of one run or several), and
     placeto's paired difference to each control: the mean over rows of placeto's ratio less the
     control's (negative: placeto better), its standard error, and the rows either way."""
-    ratio = {v: np.array([row["variants"][v]["step_time_s"] / row["variants"]["local_search"]["step_time_s"]
-                          for row in rows]) for v in VARIANTS[1:]}
+    ratio = {v: ratios_to_local_search(rows, v) for v in VARIANTS[1:]}
     result = {"rows": len(rows), "mean_ratio_to_local_search": {v: float(r.mean()) for v, r in ratio.items()}}
     for control in VARIANTS[2:]:
         diff = ratio["placeto"] - ratio[control]
