@@ -365,6 +365,49 @@ def test_model_selection_on_validation_problems_exports_the_best_there(monkeypat
     assert alone(exported) <= alone(fresh)
 
 
+def test_weight_averaging_exports_the_moving_average_and_trains_as_without_it(tmp_path, monkeypatch):
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    problem = layered(seed=4)
+    common = dict(seed=5, lanes=4, hidden=8, rounds=2, progress=False, checkpoint_every=1)
+    plain = train(problem, episodes=16, select_every=None, **common)
+    fresh = PlacetoNetwork(hidden=8, rounds=2, seed=5)
+    fresh.warm_up()
+    updated = [[v.numpy() for v in fresh.variables]]
+    agent_train = PlacetoAgent.train
+
+    def recording(agent, *args, **kwargs):  # the weights after every update
+        loss = agent_train(agent, *args, **kwargs)
+        updated.append([v.numpy() for v in agent._network.variables])
+        return loss
+
+    monkeypatch.setattr(PlacetoAgent, "train", recording)
+    logdir = str(tmp_path / "run")
+    averaged = train(problem, episodes=16, select_every=None, average_weights=0.5, logdir=logdir, **common)
+    monkeypatch.undo()
+    # Training itself is the same: the average is a shadow of it.
+    for a, b in zip(plain.network.variables, averaged.network.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    expected = updated[0]
+    for weights in updated[1:]:
+        expected = [0.5 * e + 0.5 * w for e, w in zip(expected, weights)]
+    exported = load_policy(os.path.join(logdir, "policy"))
+    for want, kept, saved in zip(expected, averaged.selected_weights, exported.variables):
+        np.testing.assert_allclose(kept, want, rtol=1e-5, atol=1e-7)
+        np.testing.assert_array_equal(saved.numpy(), kept)
+    assert any(not np.array_equal(k, v.numpy()) for k, v in zip(averaged.selected_weights, averaged.network.variables))
+    # Selection evaluates the average; a resumed run selects and exports what a straight one does.
+    selecting = dict(common, select_every=1, average_weights=0.9)
+    straight = train(problem, episodes=24, **selecting)
+    train(problem, episodes=12, logdir=str(tmp_path / "resumed"), **selecting)
+    resumed = train(problem, episodes=24, logdir=str(tmp_path / "resumed"), **selecting)
+    assert resumed.selected_episode == straight.selected_episode
+    for a, b in zip(resumed.selected_weights, straight.selected_weights):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(errors.InvalidArgumentError, match="average_weights"):
+        train(problem, episodes=4, average_weights=1.0, **common)
+
+
 @pytest.mark.parametrize("curriculum", [False, True])
 def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
     # With `curriculum`: two problems drawn by their gaps, and self-imitation of the best sampled

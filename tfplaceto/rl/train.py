@@ -8,6 +8,8 @@
                        the last checkpoint. Returns a `TrainResult`.
   Batch, Embedded      what a collector hands the loop; the embedded engine (below).
   _Selection           model selection: the best policy alone evaluated during training.
+  _WeightAverage       an exponential moving average of the weights: what selection evaluates and
+                       the run exports, with `average_weights`.
   problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
 Running a policy (`collect`, `Actor`, `greedy_placements`) is `tfplaceto.rl.acting`;
 `tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
@@ -116,6 +118,47 @@ class _Selection:
         self.reference = reference
         self.score = np.inf if payload["score"] is None else payload["score"]
         self.episode = payload["episode"]
+
+
+class _WeightAverage:
+    """An exponential moving average of the network's weights, updated after every update
+    (Polyak averaging; with `decay` 0, none: the weights as they are).
+
+    Why: REINFORCE's greedy policy moves between placements from one update to the next, and on
+    the held-out members the exported policy is as good as the update it was taken at (seeds of
+    one command differ by up to 2x on their worst row, docs/RESULTS.md). The average over the
+    last ~1 / (1 - decay) updates is a policy training passed near rather than one point of its
+    path; `swapped_in` puts it in the network while selection evaluates and exports it, and
+    training goes on from the weights as they were.
+    """
+
+    def __init__(self, network: PlacetoNetwork, decay: float):
+        if not 0.0 <= decay < 1.0:
+            raise errors.InvalidArgumentError(f"average_weights must be in [0, 1), got {decay!r}")
+        self._network, self._decay = network, decay
+        self.variables: list[tf.Variable] = []
+        if decay:
+            network.warm_up()
+            self.variables = [tf.Variable(v, trainable=False) for v in network.variables]
+
+    def update(self) -> None:
+        for average, variable in zip(self.variables, self._network.variables):
+            average.assign(self._decay * average + (1.0 - self._decay) * variable)
+
+    @contextlib.contextmanager
+    def swapped_in(self):
+        """The network holds the average inside the block, its own weights again after it."""
+        if not self.variables:
+            yield
+            return
+        own = [v.numpy() for v in self._network.variables]
+        for variable, average in zip(self._network.variables, self.variables):
+            variable.assign(average)
+        try:
+            yield
+        finally:
+            for variable, value in zip(self._network.variables, own):
+                variable.assign(value)
 
 
 # -- where batches come from ------------------------------------------------------------------------
@@ -271,7 +314,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
-          collector: Callable | None = None, reproducible: bool = True) -> TrainResult:
+          average_weights: float = 0.0, collector: Callable | None = None,
+          reproducible: bool = True) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -304,6 +348,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       select_on: the problems model selection evaluates on instead of the training problems:
         validation members of the families, never trained on, so that the exported policy is the
         one that places unseen graphs best rather than the one that fits its training graphs.
+      average_weights: the decay of an exponential moving average of the weights after every
+        update (`_WeightAverage`; 0: off): selection evaluates, and the run exports, the
+        average; training goes on from the weights themselves. Checkpointed with them.
       self_imitation: cloning weight of the best placement found so far, replayed from the start
         of each batch (`_SelfImitation`; 0: off; train.gin binds 20).
       imitate_baseline: with `self_imitation`, the best fast baseline's placement of each problem
@@ -337,8 +384,10 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         done, decisions, wall_before = 0, 0, 0.0
 
         manager = writer = state = saver = None
+        averaged = _WeightAverage(network, average_weights)
         if logdir:
-            checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint())
+            checkpoint = tf.train.Checkpoint(**agent.variables_to_checkpoint(),
+                                             **({"averaged": averaged.variables} if averaged.variables else {}))
             manager, state = open_logdir(logdir, checkpoint, problems, network)
             if state is not None:
                 done, decisions, wall_before = state["episodes"], state["decisions"], state["wall_s"]
@@ -368,9 +417,10 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             wall = wall_before + time.perf_counter() - start
             path = manager.save(checkpoint_number=agent.train_step_counter)
             if selection is None:  # else the policy is exported when selected
-                save_policy(network, os.path.join(logdir, "policy"),
-                            notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
-                            saver=saver)
+                with averaged.swapped_in():
+                    save_policy(network, os.path.join(logdir, "policy"),
+                                notes={"episodes": done, "decisions": decisions, "problems": len(problems)},
+                                saver=saver)
             write_json(os.path.join(logdir, "state.json"), {
                 "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
                 "wall_s": wall, "fingerprints": problem_fingerprints(problems), "network": network.config,
@@ -385,13 +435,16 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                 "best_step_time_s": [b.step_time_s for b in best]})
 
         def select() -> None:
-            """Evaluates the policy alone; exports it (and checkpoints) when it is the best so far."""
-            if not selection.offer(done):
-                return
+            """Evaluates the policy alone (the average, with `average_weights`); exports it (and
+            checkpoints) when it is the best so far."""
+            with averaged.swapped_in():
+                if not selection.offer(done):
+                    return
+                if manager is not None:
+                    save_policy(network, os.path.join(logdir, "policy"), notes={
+                        "episodes": done, "decisions": decisions, "problems": len(problems),
+                        "selected_episode": done, "selection_score": selection.score}, saver=saver)
             if manager is not None:
-                save_policy(network, os.path.join(logdir, "policy"), notes={
-                    "episodes": done, "decisions": decisions, "problems": len(problems),
-                    "selected_episode": done, "selection_score": selection.score}, saver=saver)
                 save()
             if writer is not None:
                 with writer.as_default(step=done):
@@ -421,6 +474,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
             extra = {} if imitation is None else {"imitation": tf.constant(imitation)}
             for _ in range(updates_per_batch):
                 loss_info = agent.train(batch, tf.constant(weights), **extra)
+                averaged.update()
             update = int(agent.train_step_counter.numpy())
             wall = wall_before + time.perf_counter() - start
             source.after_update(agent, writer, done + len(summaries))
@@ -465,7 +519,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         return TrainResult(network, best, history, done, decisions, wall_before + time.perf_counter() - start,
                            os.path.join(logdir, "policy") if logdir else None,
                            selected_episode=None if selection is None else selection.episode,
-                           selected_weights=None if selection is None else selection.weights)
+                           selected_weights=(selection.weights if selection is not None
+                                             else [a.numpy() for a in averaged.variables] or None))
 
 
 # -- sources ------------------------------------------------------------------------------------------
