@@ -2,10 +2,16 @@
 
   _seeded           every test starts from the same numpy / TensorFlow seeds.
   write_mlp_graph   writes the TF1 test graph: a 4-layer MLP on x [batch, 64] with a train op.
+  ROOT, load_script the checkout's root; a script of tools/ or benchmarks/ (not packages) as a
+                    module: `from conftest import load_script`.
 """
 
+import importlib.util
 import os
+import pathlib
+import sys
 import tempfile
+from types import ModuleType
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Cost profiles are cached on disk: tests use their own cache, never the user's.
@@ -14,6 +20,19 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # bit-stable CPU kernels fo
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def load_script(path: str) -> ModuleType:
+    """Imports the script at `path` (relative to the checkout's root, e.g. "tools/gen_build.py")."""
+    name = "_script_" + path.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(autouse=True)

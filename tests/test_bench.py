@@ -36,16 +36,11 @@ def test_best_prefers_fitting_placements():
 
 
 def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(capsys):
-    import importlib.util
-    import pathlib
-
     import numpy as np
+    from conftest import ROOT, load_script
 
-    root = pathlib.Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("_ablation", root / "benchmarks" / "ablation.py")
-    ablation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablation)
-    runs = [root / "docs" / f"ablation_seed5policy_seed{seed}.json" for seed in range(5)]
+    ablation = load_script("benchmarks/ablation.py")
+    runs = [ROOT / "docs" / f"ablation_seed5policy_seed{seed}.json" for seed in range(5)]
     ablation.main(["--pool", *map(str, runs)])
     pooled = json.loads(capsys.readouterr().out)
     summaries = [json.loads(run.read_text())["summary"] for run in runs]
@@ -59,5 +54,5 @@ def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(caps
                           - pooled["mean_ratio_to_local_search"][control])
         assert paired["standard_error"] > 0 and paired["rows_placeto_better"] + paired["rows_placeto_worse"] <= 90
     with pytest.raises(SystemExit):  # not a run's file: a usage error naming it, no traceback
-        ablation.main(["--pool", str(runs[0]), str(root / "README.md")])
+        ablation.main(["--pool", str(runs[0]), str(ROOT / "README.md")])
     assert "README.md: JSONDecodeError" in capsys.readouterr().err

@@ -7,25 +7,9 @@ protos/*.proto.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-from types import ModuleType
+from conftest import ROOT, load_script
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _load_tool(name: str) -> ModuleType:
-    """Imports tools/<name>.py (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_tools_{name}", ROOT / "tools" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_build = _load_tool("gen_build")
+gen_build = load_script("tools/gen_build.py")
 
 
 def _build_text() -> str:

@@ -90,13 +90,9 @@ def test_the_shipped_policy_has_a_saved_policy_with_its_weights_that_acts_within
 
 def _ship_policy():
     """(the checkout's root, tools/ship_policy.py as a module)."""
-    import importlib.util
+    from conftest import ROOT, load_script
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("_ship_policy", os.path.join(root, "tools", "ship_policy.py"))
-    ship_policy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship_policy)
-    return root, ship_policy
+    return str(ROOT), load_script("tools/ship_policy.py")
 
 
 def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(tmp_path):

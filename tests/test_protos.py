@@ -7,34 +7,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import pathlib
 import sys
 import tokenize
-from types import ModuleType
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # tfplaceto importable without an install
     sys.path.insert(0, str(ROOT))
+
+from conftest import load_script  # noqa: E402
 
 from tfplaceto.protos import cluster_pb2, cost_profile_pb2, placement_pb2  # noqa: E402
 
 PICKLE_NAMES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill"}
 
 
-def _load_tool(name: str) -> ModuleType:
-    """Imports tools/<name>.py (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_tools_{name}", ROOT / "tools" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generated_protos_are_up_to_date(tmp_path: pathlib.Path) -> None:
-    gen_protos = _load_tool("gen_protos")
+    gen_protos = load_script("tools/gen_protos.py")
     generated = gen_protos.generate(tmp_path)
     assert generated, "no .proto files under protos/"
     checked_in = ROOT / "tfplaceto" / "protos"
