@@ -261,7 +261,8 @@ class TrainResult:
     selected_weights: list[np.ndarray] | None = None  # its weights (network.variables order)
 
     def exported_network(self) -> PlacetoNetwork:
-        """The policy the run exports: the selected weights (with `select_every`), else the last."""
+        """The policy the run exports: the selected weights (with `select_every`), else the
+        average (with `average_weights`), else the last."""
         if self.selected_weights is None:
             return self.network
         network = PlacetoNetwork(**self.network.config)
