@@ -12,11 +12,10 @@ import pathlib
 import sys
 import tokenize
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from conftest import ROOT, load_script
+
 if str(ROOT) not in sys.path:  # tfplaceto importable without an install
     sys.path.insert(0, str(ROOT))
-
-from conftest import load_script  # noqa: E402
 
 from tfplaceto.protos import cluster_pb2, cost_profile_pb2, placement_pb2  # noqa: E402
 
