@@ -56,3 +56,22 @@ def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(caps
     with pytest.raises(SystemExit):  # not a run's file: a usage error naming it, no traceback
         ablation.main(["--pool", str(runs[0]), str(ROOT / "README.md")])
     assert "README.md: JSONDecodeError" in capsys.readouterr().err
+
+
+def test_perturbations_climbs_every_changed_draw_to_no_worse_than_it_began():
+    from conftest import load_script
+
+    from tfplaceto.rl.train import problems_for
+
+    perturbations = load_script("benchmarks/perturbations.py")
+    (problem,), _ = problems_for(["builtin:cifar10-cells/0"], ["2xK80"])
+    figures = perturbations.measure(problem, draws=4)
+    assert figures["optimum_s"] > 0
+    for source in perturbations.SOURCES:
+        f = figures[source]
+        assert 0 <= f["unchanged"] <= 4 and 0 <= f["better"] <= 1
+        # a climb never worsens its start, and an unchanged draw stays at the optimum (1)
+        changed = 4 - f["unchanged"]
+        assert f["after"] * 4 <= f["before"] * changed + f["unchanged"] + 1e-9
+        assert f["best"] <= f["after"] + 1e-12
+        assert (f["climb_s"] > 0) == (changed > 0)
