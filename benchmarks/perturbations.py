@@ -9,6 +9,11 @@ clock: from one local optimum (the best fast baseline climbed, `search.polish`, 
 `--draws` perturbations from each source (in pairs, as a search round does), climb each, and
 compare the climbed placements with the optimum they started from.
 
+`--sources` adds "relink shipped" and "relink untrained" (not among the defaults): path relinking
+toward the policy's own greedy placement (from a random start), the policy as a guide rather than
+a sampler. Each draw moves `search.WINDOW` consecutive classes (in topological order, at a random
+position) of those where the placement and the guide differ to the guide's devices.
+
 Per row and source it prints: the perturbed placements left unchanged (the search skips them);
 the mean simulated step time over the optimum's before the climb and after it; the share that
 climb to a strictly better placement (what moves a search on), the best of them; and the mean
@@ -17,7 +22,7 @@ policy learned; the sources differ only in how they perturb (`tfplaceto.placeto.
 with the shipped or untrained weights, `tfplaceto.search.random_window_moves`).
 
     python benchmarks/perturbations.py [--graphs nmt_4l nasnet nmt-variants/101] [--clusters 2xK80 4xV100]
-        [--draws 32] [--out perturbations.json]
+        [--draws 32] [--sources "random moves" "relink shipped" ...] [--out perturbations.json]
 """
 
 from __future__ import annotations
@@ -34,20 +39,49 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SOURCES = ("random moves", "shipped", "untrained")
+RELINK = ("relink shipped", "relink untrained")
+
+
+def relink_moves(problem, guide: np.ndarray, window: int):
+    """A Perturbation: `window` consecutive classes (topological order) among those where the
+    placement and `guide` differ, moved to the guide's devices (module docstring)."""
+    from tfplaceto.baselines import common
+
+    inst = common.prepare(problem)
+    position = np.empty(inst.num_nodes, np.int64)
+    position[inst.order] = np.arange(inst.num_nodes)
+    members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
+    members.sort(key=lambda m: position[m].min())
+
+    def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
+        differ = [m for m in members if placement[m[0]] != guide[m[0]]]
+        moved_all = []
+        for _ in range(count):
+            moved = placement.copy()
+            begin = int(rng.integers(max(len(differ) - window, 0) + 1))
+            for m in differ[begin:begin + window]:
+                moved[m] = guide[m]
+            moved_all.append(moved)
+        return moved_all
+
+    return perturb
 
 
 def perturbations(problem, source: str, seed: int):
     """The search's Perturbation of `source` on `problem` (module docstring)."""
     from tfplaceto import placeto, search
     from tfplaceto.policy.checkpoint import resolve_policy
-    from tfplaceto.rl.acting import Actor
+    from tfplaceto.rl.acting import Actor, greedy_placements
 
     if source == "random moves":
         return search.random_window_moves(problem)
+    if source in RELINK:
+        network = resolve_policy(source.split()[1], seed)
+        return relink_moves(problem, greedy_placements(problem, network, "random", 1, seed)[0], search.WINDOW)
     return placeto.policy_perturbation(Actor(problem, resolve_policy(source, seed), seed))
 
 
-def measure(problem, draws: int, seed: int = 0) -> dict:
+def measure(problem, draws: int, seed: int = 0, sources=SOURCES) -> dict:
     """source -> figures (module docstring) of `draws` climbed perturbations of one local optimum."""
     from tfplaceto import search
 
@@ -57,7 +91,7 @@ def measure(problem, draws: int, seed: int = 0) -> dict:
                             np.random.default_rng(seed), neighbourhoods=neighbourhoods)
     optimum_s = simulator.run(optimum)[0]
     figures = {"optimum_s": float(optimum_s)}
-    for source in SOURCES:
+    for source in sources:
         perturb, rng = perturbations(problem, source, seed), np.random.default_rng(seed + 1)
         moved: list[np.ndarray] = []
         while len(moved) < draws:
@@ -84,27 +118,28 @@ def main(argv=None) -> None:
     parser.add_argument("--clusters", nargs="+", default=["2xK80", "4xV100"])
     parser.add_argument("--draws", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + RELINK)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from tfplaceto.outputs import atomic_write
     from tfplaceto.rl.train import problems_for
 
-    print(f"{'graph':<20} {'cluster':<7} {'source':<13} {'unchanged':>9} {'before':>7} {'after':>7} "
+    print(f"{'graph':<20} {'cluster':<7} {'source':<16} {'unchanged':>9} {'before':>7} {'after':>7} "
           f"{'better':>7} {'best':>7} {'climb s':>8}   (step time over the optimum's)")
     rows = []
     for graph in args.graphs:
         problems, _ = problems_for([f"builtin:{graph}"], args.clusters)
         for cluster, problem in zip(args.clusters, problems):
-            row = {"graph": graph, "cluster": cluster, **measure(problem, args.draws, args.seed)}
+            row = {"graph": graph, "cluster": cluster, **measure(problem, args.draws, args.seed, args.sources)}
             rows.append(row)
-            for source in SOURCES:
+            for source in args.sources:
                 f = row[source]
-                print(f"{graph:<20} {cluster:<7} {source:<13} {f['unchanged']:9d} {f['before']:7.3f} {f['after']:7.4f} "
+                print(f"{graph:<20} {cluster:<7} {source:<16} {f['unchanged']:9d} {f['before']:7.3f} {f['after']:7.4f} "
                       f"{f['better']:7.2f} {f['best']:7.4f} {f['climb_s']:8.2f}", flush=True)
             if args.out:
                 atomic_write(args.out, json.dumps(rows, indent=1).encode())
-    for source in SOURCES:
-        print(f"{source:<13} over {len(rows)} rows: after {np.mean([r[source]['after'] for r in rows]):.4f}, "
+    for source in args.sources:
+        print(f"{source:<16} over {len(rows)} rows: after {np.mean([r[source]['after'] for r in rows]):.4f}, "
               f"better {np.mean([r[source]['better'] for r in rows]):.3f}, "
               f"climb {np.mean([r[source]['climb_s'] for r in rows]):.2f} s")
 

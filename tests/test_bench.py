@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -75,3 +76,25 @@ def test_perturbations_climbs_every_changed_draw_to_no_worse_than_it_began():
         assert f["after"] * 4 <= f["before"] * changed + f["unchanged"] + 1e-9
         assert f["best"] <= f["after"] + 1e-12
         assert (f["climb_s"] > 0) == (changed > 0)
+
+
+def test_relink_moves_a_window_of_the_differing_classes_to_the_guide_and_nothing_else():
+    from conftest import load_script
+
+    from tfplaceto.baselines import common
+    from tfplaceto.rl.train import problems_for
+
+    perturbations = load_script("benchmarks/perturbations.py")
+    (problem,), _ = problems_for(["builtin:cifar10-cells/0"], ["2xK80"])
+    rng = np.random.default_rng(0)
+    start = problem.tie(np.zeros(problem.num_nodes, np.int32))
+    guide = problem.tie(rng.integers(0, 2, problem.num_nodes).astype(np.int32))
+    inst = common.prepare(problem)
+    classes = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
+    differing = sum(start[m[0]] != guide[m[0]] for m in classes)
+    assert differing > 8
+    for moved in perturbations.relink_moves(problem, guide, window=8)(rng, start, 6):
+        changed = moved != start
+        assert np.array_equal(moved[changed], guide[changed])  # only ever to the guide's device
+        assert sum(bool(changed[m].any()) for m in classes) == 8  # one window of differing classes
+        assert all(changed[m].all() == changed[m].any() for m in classes)  # whole classes
