@@ -60,7 +60,7 @@ from tfplaceto.rl.logdir import (
     problem_fingerprints,
     write_json,
 )
-from tfplaceto.search import best_baseline
+from tfplaceto.search import best_baseline, offer, polish
 
 
 # -- model selection ------------------------------------------------------------------------------
@@ -313,7 +313,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
-          select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool = False,
+          select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool | str = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
           average_weights: float = 0.0, collector: Callable | None = None,
           reproducible: bool = True) -> TrainResult:
@@ -359,7 +359,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         Sampling alone may never find a split to imitate (cifar10-cells/0 with
         `nodes_on_device`, whose policy piles everything on one device from the start), while a
         placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
-        On in train.gin (the shipped policy's training).
+        On in train.gin (the shipped policy's training). "climbed": that placement hill-climbed
+        first (`search.polish`, seeded), a stronger teacher (a local optimum of single-class and
+        block moves).
       collector: where batches come from (module docstring; default `Embedded`).
       reproducible: run TensorFlow's functions one op at a time in a fixed order
         (`_fixed_op_order`), so that a run repeats bit for bit on the same machine and build;
@@ -458,6 +460,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         if imitate_baseline:
             for index, problem in enumerate(problems):
                 teacher = best_baseline(problem, seed)
+                if imitate_baseline == "climbed":
+                    offer(problem, teacher, polish(problem, teacher.placement, np.random.default_rng(seed)))
                 env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
         bar = None
         if progress:
