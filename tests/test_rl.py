@@ -766,7 +766,7 @@ def test_self_imitation_replays_the_best_placement_found_from_the_batch_start():
     np.testing.assert_array_equal(merged.observation["placement"][3, 0], following.observation["placement"][0, 0])
 
 
-def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement():
+def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement_or_its_climb():
     # The first batch already replays the teacher: the best found starts at the best fast
     # baseline's placement (one chain per device here, 4 ms), which random episodes rarely reach.
     problem = two_chains(length=4, megabytes=100)
@@ -776,6 +776,14 @@ def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement():
     assert train(problem, **common).best[0].step_time_s > teacher.step_time_s
     taught = train(problem, imitate_baseline=True, **common)
     assert taught.best[0].step_time_s == pytest.approx(teacher.step_time_s)
+    # "climbed": the teacher is that placement hill-climbed first (seeded by the run's seed),
+    # here a local optimum faster than the best fast baseline
+    problem = layered(seed=0)
+    teacher = search.best_baseline(problem)
+    climbed_s = problem.simulator().run(search.polish(problem, teacher.placement, np.random.default_rng(0)))[0]
+    assert climbed_s < teacher.step_time_s
+    taught = train(problem, imitate_baseline="climbed", **common)
+    assert taught.best[0].step_time_s == pytest.approx(climbed_s)
 
 
 def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():
