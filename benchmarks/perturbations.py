@@ -45,13 +45,9 @@ RELINK = ("relink shipped", "relink untrained")
 def relink_moves(problem, guide: np.ndarray, window: int):
     """A Perturbation: `window` consecutive classes (topological order) among those where the
     placement and `guide` differ, moved to the guide's devices (module docstring)."""
-    from tfplaceto.baselines import common
+    from tfplaceto.search import classes_in_order
 
-    inst = common.prepare(problem)
-    position = np.empty(inst.num_nodes, np.int64)
-    position[inst.order] = np.arange(inst.num_nodes)
-    members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
-    members.sort(key=lambda m: position[m].min())
+    members = classes_in_order(problem)
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
         differ = [m for m in members if placement[m[0]] != guide[m[0]]]

@@ -81,16 +81,15 @@ def test_perturbations_climbs_every_changed_draw_to_no_worse_than_it_began():
 def test_relink_moves_a_window_of_the_differing_classes_to_the_guide_and_nothing_else():
     from conftest import load_script
 
-    from tfplaceto.baselines import common
     from tfplaceto.rl.train import problems_for
+    from tfplaceto.search import classes_in_order
 
     perturbations = load_script("benchmarks/perturbations.py")
     (problem,), _ = problems_for(["builtin:cifar10-cells/0"], ["2xK80"])
     rng = np.random.default_rng(0)
     start = problem.tie(np.zeros(problem.num_nodes, np.int32))
     guide = problem.tie(rng.integers(0, 2, problem.num_nodes).astype(np.int32))
-    inst = common.prepare(problem)
-    classes = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
+    classes = classes_in_order(problem)
     differing = sum(start[m[0]] != guide[m[0]] for m in classes)
     assert differing > 8
     for moved in perturbations.relink_moves(problem, guide, window=8)(rng, start, 6):

@@ -9,6 +9,7 @@ untrained weights) through the same calls. Map of the file:
   prepare_neighbourhoods  the moves every climb tries (single classes, blocks), prepared once.
   polish               hill climbing over single-class and block moves to a local optimum.
   best_baseline        the best fast baseline (by simulated (OOM, step time)): a `Best`.
+  classes_in_order     the nodes of each tie class, classes in topological order.
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
                        placement with every perturbation, climbs each result, keeps the best.
@@ -94,14 +95,20 @@ def best_baseline(problem: Problem, seed: int = 0) -> Best:
     return best
 
 
-def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
-    """A Perturbation: `window` consecutive classes (in topological order, at a random position)
-    moved to random allowed devices."""
+def classes_in_order(problem: Problem) -> list[np.ndarray]:
+    """The nodes of each tie class, the classes in topological order (of their first node)."""
     inst = common.prepare(problem)
     position = np.empty(inst.num_nodes, np.int64)
     position[inst.order] = np.arange(inst.num_nodes)
     members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
     members.sort(key=lambda m: position[m].min())
+    return members
+
+
+def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
+    """A Perturbation: `window` consecutive classes (in topological order, at a random position)
+    moved to random allowed devices."""
+    members = classes_in_order(problem)
     allowed = [np.flatnonzero(problem.allowed[m[0]]) for m in members]
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
