@@ -51,9 +51,7 @@ def block_moves(problem: Problem, inst=None) -> local_search.Moves:
     both ways) while moving all of them together makes it faster.
     """
     inst = inst or common.prepare(problem)
-    position = np.empty(inst.num_nodes, np.int64)
-    position[inst.order] = np.arange(inst.num_nodes)
-    classes = np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
+    classes = _class_order(inst)
     blocks = [classes[i:i + size] for size in BLOCK_SIZES if size < len(classes)
               for i in range(0, len(classes) - size // 2, size // 2)]
     return local_search.class_moves(inst, blocks)
@@ -95,14 +93,18 @@ def best_baseline(problem: Problem, seed: int = 0) -> Best:
     return best
 
 
+def _class_order(inst) -> np.ndarray:
+    """The tie classes of `inst` (a `common.Instance`) by the topological position of their first
+    node (a class's members are in topological order)."""
+    position = np.empty(inst.num_nodes, np.int64)
+    position[inst.order] = np.arange(inst.num_nodes)
+    return np.argsort(position[inst.class_members[inst.class_ptr[:-1]]], kind="stable")
+
+
 def classes_in_order(problem: Problem) -> list[np.ndarray]:
     """The nodes of each tie class, the classes in topological order (of their first node)."""
     inst = common.prepare(problem)
-    position = np.empty(inst.num_nodes, np.int64)
-    position[inst.order] = np.arange(inst.num_nodes)
-    members = [inst.class_members[inst.class_ptr[c]:inst.class_ptr[c + 1]] for c in range(inst.num_classes)]
-    members.sort(key=lambda m: position[m].min())
-    return members
+    return [inst.members(c) for c in _class_order(inst)]
 
 
 def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
