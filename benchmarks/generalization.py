@@ -125,7 +125,7 @@ def main(argv=None) -> None:
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
-    print(averages(rows) if not args.no_controls else f"{len(rows)} rows (no controls: merge them in)")
+    print(averages(rows))
 
 
 def header(starts: int) -> str:
@@ -142,14 +142,16 @@ def line(r: dict) -> str:
 
 
 def figures(rows: list[dict]) -> dict:
-    """The averages the targets are stated in (per-graph over the rows that have it)."""
+    """The averages the targets are stated in (the controls and per-graph over the rows that have
+    them: a run with --no-controls has neither)."""
     over_best = [r["zero_shot_s"] / r["best_baseline_s"] for r in rows]
-    over_untrained = [r["zero_shot_s"] / r["untrained_s"] for r in rows]
-    result = {"rows": len(rows), "zero_shot_over_best_baseline": float(np.mean(over_best)),
-              "zero_shot_over_untrained": float(np.mean(over_untrained)),
-              "untrained_over_zero_shot": float(np.mean([1 / x for x in over_untrained])),
-              "random_actions_over_zero_shot": float(np.mean([r["random_actions_s"] / r["zero_shot_s"]
-                                                              for r in rows]))}
+    result = {"rows": len(rows), "zero_shot_over_best_baseline": float(np.mean(over_best))}
+    over_untrained = [r["zero_shot_s"] / r["untrained_s"] for r in rows if "untrained_s" in r]
+    if over_untrained:
+        result.update(zero_shot_over_untrained=float(np.mean(over_untrained)),
+                      untrained_over_zero_shot=float(np.mean([1 / x for x in over_untrained])),
+                      random_actions_over_zero_shot=float(np.mean([r["random_actions_s"] / r["zero_shot_s"]
+                                                                   for r in rows if "random_actions_s" in r])))
     if all("zero_shot_oom" in r for r in rows):  # rows measured before OOM was counted have no count
         result["zero_shot_oom_rows"] = sum(r["zero_shot_oom"] > 0 for r in rows)
     over_per_graph = [r["zero_shot_s"] / r["per_graph_s"] for r in rows if "per_graph_s" in r]
@@ -162,9 +164,12 @@ def figures(rows: list[dict]) -> dict:
 def averages(rows: list[dict]) -> str:
     """`figures` as the benchmark's last line."""
     f = figures(rows)
-    text = (f"{f['rows']} rows; zero-shot / best fast baseline: mean {f['zero_shot_over_best_baseline']:.3f}; "
-            f"zero-shot / untrained: mean {f['zero_shot_over_untrained']:.3f} "
-            f"(untrained / zero-shot {f['untrained_over_zero_shot']:.2f}x)")
+    text = f"{f['rows']} rows; zero-shot / best fast baseline: mean {f['zero_shot_over_best_baseline']:.3f}"
+    if "zero_shot_over_untrained" in f:
+        text += (f"; zero-shot / untrained: mean {f['zero_shot_over_untrained']:.3f} "
+                 f"(untrained / zero-shot {f['untrained_over_zero_shot']:.2f}x)")
+    else:
+        text += " (no controls: merge them in)"
     if "zero_shot_oom_rows" in f:
         text += f"; zero-shot out of memory on {f['zero_shot_oom_rows']} rows"
     if "per_graph_rows" in f:

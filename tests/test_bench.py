@@ -59,6 +59,20 @@ def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(caps
     assert "README.md: JSONDecodeError" in capsys.readouterr().err
 
 
+def test_generalization_merge_reports_runs_without_controls_and_joins_them_with_controls(capsys):
+    from conftest import ROOT, load_script
+
+    generalization = load_script("benchmarks/generalization.py")
+    zero_shot_only = ROOT / "docs" / "validation_reproducible_seed5.json"  # a --no-controls run
+    generalization.main(["--merge", str(zero_shot_only)])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    rows = json.loads(zero_shot_only.read_text())
+    mean = np.mean([r["zero_shot_s"] / r["best_baseline_s"] for r in rows])
+    assert last.startswith(f"{len(rows)} rows; zero-shot / best fast baseline: mean {mean:.3f} (no controls")
+    generalization.main(["--merge", str(ROOT / "docs" / "validation_controls.json"), str(zero_shot_only)])
+    assert "untrained / zero-shot" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
 def test_perturbations_climbs_every_changed_draw_to_no_worse_than_it_began():
     from conftest import load_script
 
