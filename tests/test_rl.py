@@ -13,7 +13,7 @@ from tfplaceto import errors, placeto, search
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import PlacetoNetwork
-from tfplaceto.policy.observation import ACTION_MASK, STEP, graph_statics, pack
+from tfplaceto.policy.observation import ACTION_MASK, PROBLEM, STEP, graph_statics, pack
 from tfplaceto.problem import Best, Problem, allowed_devices
 from tfplaceto.rl.acting import greedy_placements
 from tfplaceto.rl.agent import as_tensors
@@ -408,12 +408,13 @@ def test_weight_averaging_exports_the_moving_average_and_trains_as_without_it(tm
         train(problem, episodes=4, average_weights=1.0, **common)
 
 
-@pytest.mark.parametrize("curriculum", [False, True])
-def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
+@pytest.mark.parametrize("curriculum,problems_per_update", [(False, 1), (True, 1), (True, 2)])
+def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum, problems_per_update):
     # With `curriculum`: two problems drawn by their gaps, and self-imitation of the best sampled
-    # so far: a resume restores the gaps and the bests the replays clone.
+    # so far: a resume restores the gaps and the bests the replays clone. `problems_per_update`
+    # 2: each update averages the gradients of two batches (of problems of different sizes).
     problem = [layered(seed=4), two_chains()] if curriculum else layered(seed=4)
-    extra = dict(prioritize=0.5, self_imitation=5.0) if curriculum else {}
+    extra = dict(prioritize=0.5, self_imitation=5.0, problems_per_update=problems_per_update) if curriculum else {}
 
     def run(episodes, logdir=None):
         result = train(problem, episodes=episodes, seed=5, lanes=2, hidden=8, rounds=2,
@@ -436,6 +437,7 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum):
     decisions = sum(nodes[h["problem"]] for h in resumed_result.history)
     assert summary["episodes"] == 8 and summary["decisions"] == decisions
     assert load_policy(summary["policy_dir"]).config == resumed_result.network.config
+    assert summary["learner_steps"] == 4 // problems_per_update * 4  # 4 batches of 2 lanes, 4 updates a group
 
 
 @pytest.mark.parametrize("reproducible", [True, False])
@@ -804,6 +806,42 @@ def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():
     assert float(tiny.extra.policy_loss) * steps_all == pytest.approx(float(two.extra.policy_loss) * steps_two,
                                                                       rel=1e-4, abs=1e-5)
     assert float(cloned.extra.policy_loss) > float(tiny.extra.policy_loss)  # -3 * log pi > 0 added
+
+
+def test_an_update_on_several_batches_takes_the_mean_of_their_gradients():
+    from tf_agents.policies import random_py_policy
+
+    from tfplaceto.rl.acting import collect, specs
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    env = PlacementEnvironment([layered(seed=5), layered(seed=6, depth=4)], batch_size=3, seed=0, shared_start=True)
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=0)
+    by_problem = {}  # a batch of each problem: their steps differ in number
+    while len(by_problem) < 2:
+        experience, weights, _ = collect(env, policy, env.reset())
+        by_problem[int(experience.observation[PROBLEM][0, 0])] = (
+            tf.nest.map_structure(tf.constant, experience), tf.constant(weights), None)
+    batches = [by_problem[0], by_problem[1]]
+
+    def agent():  # no clipping: Adam's first moment after one update is 0.1 x the gradient applied
+        return PlacetoAgent(*specs(env), PlacetoNetwork(hidden=8, rounds=2, seed=0),
+                            as_tensors(pack(env.statics, env.dims)), max_train_steps=None, gradient_clipping=1e9)
+
+    reference = agent()
+    gradients = [[g.numpy() for g in reference._gradients(*batch)[0]] for batch in batches]
+    averaged = agent()
+    info = averaged.train_averaged(batches)
+    moments = [m for m in averaged._optimizer.variables if m.name.startswith("m/")]  # Adam's first moments
+    assert len(moments) == len(gradients[0])
+    for moment, first, second in zip(moments, *gradients):
+        np.testing.assert_allclose(moment.numpy(), 0.1 * (first + second) / 2, rtol=1e-4, atol=1e-7)
+    assert int(averaged.train_step_counter.numpy()) == 1 and np.isfinite(float(info.loss))
+    # One batch: the same update as TF-Agents' `train` on it.
+    single, one = agent(), agent()
+    single.train(batches[0][0], batches[0][1])
+    one.train_averaged(batches[:1])
+    for a, b in zip(single.network.trainable_variables, one.network.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
 
 
 def test_exploration_deviates_to_uniformly_random_allowed_devices_in_collection_only():

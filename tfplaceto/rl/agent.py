@@ -184,6 +184,8 @@ class PlacetoAgent(tf_agent.TFAgent):
         super().__init__(time_step_spec, action_spec, policy, collect_policy,
                          train_sequence_length=None, train_step_counter=train_step_counter)
         self._train_fn = tf.function(self._train, reduce_retracing=True, autograph=False)
+        self._gradients_fn = tf.function(self._gradients, reduce_retracing=True, autograph=False)
+        self._apply_fn = tf.function(self._apply, autograph=False)
 
     @property
     def network(self) -> snt.Module:
@@ -293,12 +295,30 @@ class PlacetoAgent(tf_agent.TFAgent):
             train_steps=tf.cast(tf.reduce_sum(mask), tf.int32)))
 
     # -- train step ------------------------------------------------------------------------------
-    def _train(self, experience, weights=None, imitation=None):
-        variables = self._network.trainable_variables
+    def _gradients(self, experience, weights=None, imitation=None):
         with tf.GradientTape() as tape:
             loss_info = self._loss(experience, weights, training=True, imitation=imitation)
-        gradients = tape.gradient(loss_info.loss, variables)
+        return tape.gradient(loss_info.loss, self._network.trainable_variables), loss_info
+
+    def _apply(self, gradients):
         gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
-        self._optimizer.apply_gradients(zip(gradients, variables))
+        self._optimizer.apply_gradients(zip(gradients, self._network.trainable_variables))
         self.train_step_counter.assign_add(1)
+
+    def _train(self, experience, weights=None, imitation=None):
+        gradients, loss_info = self._gradients(experience, weights, imitation)
+        self._apply(gradients)
         return loss_info
+
+    def train_averaged(self, batches: list[tuple]) -> tf_agent.LossInfo:
+        """One update on the mean of the gradients of several batches, each (experience, weights,
+        imitation or None): batches of different problems, each with its own baseline and
+        advantage scale (`_loss`), whose shapes differ. Their mean loss info is returned."""
+        summed, infos = None, []
+        for experience, weights, imitation in batches:
+            gradients, info = self._gradients_fn(experience, weights, imitation)
+            summed = gradients if summed is None else [
+                b if a is None else a if b is None else a + b for a, b in zip(summed, gradients)]
+            infos.append(info)
+        self._apply_fn([None if g is None else g / len(batches) for g in summed])
+        return tf.nest.map_structure(lambda *x: tf.reduce_mean(tf.cast(tf.stack(x), tf.float32)), *infos)

@@ -1,7 +1,8 @@
 """Training the Placeto policy: the loop, REINFORCE updates, summaries, resumable runs.
 
   train(problems, episodes, logdir, seed, ...)   the loop (gin-configurable): one batch of
-                       `lanes` episodes of one problem per update (problems sampled per batch),
+                       `lanes` episodes of one problem per update (problems sampled per batch;
+                       or the mean gradient of `problems_per_update` batches),
                        entropy bonus decayed linearly, TensorBoard summaries, a tqdm bar, a
                        checkpoint every few updates in `logdir` (`tfplaceto.rl.logdir`: what it
                        holds); run it again with the same arguments and it resumes exactly from
@@ -19,7 +20,7 @@ Where batches come from is a hook: `train(..., collector=factory)` calls
 `factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
 takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
 this process; `tfplaceto.rl.learner.Launcher` for Reverb actors). A collector has
-`batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's updates: publish the
+`batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's (group's) updates: publish the
 weights, write its own summaries) and `episodes_per_actor() -> dict`.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
@@ -315,7 +316,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           updates_per_batch: int = 4, select_every: int | None = 8, select_starts: int = 4,
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool | str = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
-          average_weights: float = 0.0, collector: Callable | None = None,
+          average_weights: float = 0.0, problems_per_update: int = 1, collector: Callable | None = None,
           reproducible: bool = True) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
@@ -341,6 +342,11 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       updates_per_batch: REINFORCE updates on each batch, each on its own sample of
         `max_train_steps` steps (more updates per simulated episode; the later ones are slightly
         off-policy, fine for small steps).
+      problems_per_update: batches (each of one problem, drawn as `prioritize` says) whose
+        gradients are averaged in each update; `updates_per_batch` updates on every such group.
+        With 1 (the default) every update is on one problem's batch, and the next batch, of
+        another problem, pulls the weights its own way; the mean over several problems is a
+        step for the family rather than for one of its members.
       stop_after_s: also stop (between updates) after this many seconds of this call: for
         fine-tuning within a placement's time budget; training runs are budgeted in episodes.
       select_every: every this many batches (and at the start and the end), evaluate the policy
@@ -472,13 +478,21 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                 break
             agent.entropy_coefficient.assign(entropy_coefficient + (final_entropy_coefficient - entropy_coefficient)
                                              * min(done / decay, 1.0))
-            experience, weights, summaries, candidates = source.batch()
-            decisions += int(weights.sum())
-            experience, weights, imitation = imitator.batch(experience, weights, summaries)
-            batch = tf.nest.map_structure(tf.constant, experience)
-            extra = {} if imitation is None else {"imitation": tf.constant(imitation)}
+            group, summaries, candidates = [], [], []
+            for _ in range(problems_per_update):
+                experience, weights, batch_summaries, batch_candidates = source.batch()
+                decisions += int(weights.sum())
+                experience, weights, imitation = imitator.batch(experience, weights, batch_summaries)
+                group.append((tf.nest.map_structure(tf.constant, experience), tf.constant(weights),
+                              None if imitation is None else tf.constant(imitation)))
+                summaries += batch_summaries
+                candidates += batch_candidates
             for _ in range(updates_per_batch):
-                loss_info = agent.train(batch, tf.constant(weights), **extra)
+                if len(group) == 1:
+                    batch, weights, imitation = group[0]
+                    loss_info = agent.train(batch, weights, **({} if imitation is None else {"imitation": imitation}))
+                else:
+                    loss_info = agent.train_averaged(group)
                 averaged.update()
             update = int(agent.train_step_counter.numpy())
             wall = wall_before + time.perf_counter() - start
@@ -506,7 +520,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                 bar.update(len(summaries))
                 bar.set_postfix(end_ms=f"{np.mean([s['step_time_s'] for s in summaries]) * 1e3:.4g}",
                                 entropy=f"{float(loss_info.extra.entropy):.2f}")
-            batches_since_select += 1
+            batches_since_select += len(group)
             if selection is not None and batches_since_select >= select_every:
                 select()
                 batches_since_select = 0
