@@ -346,7 +346,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         gradients are averaged in each update; `updates_per_batch` updates on every such group.
         With 1 (the default) every update is on one problem's batch, and the next batch, of
         another problem, pulls the weights its own way; the mean over several problems is a
-        step for the family rather than for one of its members.
+        step for the family rather than for one of its members. Not in train.gin: 4 (with 32
+        updates a group) validated worse than 1 with two seeds (docs/RESULTS.md, session 25).
       stop_after_s: also stop (between updates) after this many seconds of this call: for
         fine-tuning within a placement's time budget; training runs are budgeted in episodes.
       select_every: every this many batches (and at the start and the end), evaluate the policy
