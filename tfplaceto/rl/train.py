@@ -322,7 +322,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     Args:
       problems: a Problem or several (each batch of `lanes` episodes samples one).
-      episodes: total episodes (counting those of a resumed run); a multiple of `lanes` is run.
+      episodes: total episodes (counting those of a resumed run); a multiple of `lanes` (x `problems_per_update`) is run.
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environment and the actions.
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
