@@ -20,8 +20,8 @@ Where batches come from is a hook: `train(..., collector=factory)` calls
 `factory(env, policy, agent, settings)` once (after a resume has restored the weights) and then
 takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
 this process; `tfplaceto.rl.learner.Launcher` for Reverb actors). A collector has
-`batch() -> Batch`, `after_update(agent, writer, episodes)` (after a batch's (group's) updates: publish the
-weights, write its own summaries) and `episodes_per_actor() -> dict`.
+`batch() -> Batch`, `after_update(agent, writer, episodes)` (after the updates on a batch, or on a
+group of `problems_per_update` batches: publish the weights, write its own summaries) and `episodes_per_actor() -> dict`.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
 """
@@ -322,7 +322,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
 
     Args:
       problems: a Problem or several (each batch of `lanes` episodes samples one).
-      episodes: total episodes (counting those of a resumed run); a multiple of `lanes` (x `problems_per_update`) is run.
+      episodes: total episodes (counting those of a resumed run); a multiple of `lanes` (times
+        `problems_per_update`) is run.
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environment and the actions.
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
