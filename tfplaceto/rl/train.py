@@ -21,7 +21,8 @@ Where batches come from is a hook: `train(..., collector=factory)` calls
 takes every batch from the object it returns (`Embedded` below by default: lockstep collection in
 this process; `tfplaceto.rl.learner.Launcher` for Reverb actors). A collector has
 `batch() -> Batch`, `after_update(agent, writer, episodes)` (after the updates on a batch, or on a
-group of `problems_per_update` batches: publish the weights, write its own summaries) and `episodes_per_actor() -> dict`.
+group of `problems_per_update` batches: publish the weights, write its own summaries) and
+`episodes_per_actor() -> dict`.
 
 The budget is an episode count (seeded), so a result does not depend on the machine's speed.
 """
