@@ -59,7 +59,7 @@ def fresh_network(seed: int):
 
     defaults = inspect.signature(train).parameters
     settings = {}
-    for name in ("hidden", "rounds", "refresh_every", "view", "nodes_on_device"):
+    for name in ("hidden", "rounds", "refresh_every", "view", "nodes_on_device", "passes"):
         try:
             settings[name] = gin.query_parameter(f"train.{name}")
         except ValueError:  # not bound

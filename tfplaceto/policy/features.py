@@ -115,13 +115,16 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     seen = node_mask * obs[VISITED] if placed else node_mask  # the nodes whose device the view shows
     on_device = tf.one_hot(placement, num_devices) * seen[..., None]  # (B, N, D)
     current_device = tf.gather(placement, rep, batch_dims=1)  # (B,)
-    current_onehot = tf.one_hot(current_device, num_devices) * (0.0 if placed else 1.0)  # (B, D)
+    # "placed" shows the class's own device once the episode has chosen it: on a later pass
+    # (`PlacementEnvironment(passes=...)`), never on the first, where the class is not yet visited.
+    current_seen = tf.gather(seen, rep, batch_dims=1)[:, None]  # (B, 1)
+    current_onehot = tf.one_hot(current_device, num_devices) * current_seen  # (B, D)
     start, end, peak, busy, step_time = (obs[START], obs[END], obs[PEAK], obs[BUSY], obs[STEP_TIME])
     if placed:  # the schedule of a placement that is partly random
         start, end, busy, step_time = (tf.zeros_like(x) for x in (start, end, busy, step_time))
         claimed = static("claimed")  # (B, N) / smallest device memory
         class_claimed = tf.reduce_sum(claimed * current, -1, keepdims=True)
-        peak = (tf.einsum("bn,bnd->bd", claimed, on_device) + class_claimed) / static("memory")
+        peak = (tf.einsum("bn,bnd->bd", claimed, on_device) + class_claimed * (1.0 - current_onehot)) / static("memory")
     current_start = tf.gather(start, rep, batch_dims=1)[:, None]
     compute = static("compute")  # (B, N, D)
     fastest = static("fastest")
@@ -169,7 +172,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
         tf.reshape(out_of, [-1]), tf.reshape(receivers + n * tf.range(tf.shape(senders)[0])[:, None],
                                              [-1]), tf.size(node_mask)), 1.0)
     parent, child = tf.reshape(parent, tf.shape(node_mask)), tf.reshape(child, tf.shape(node_mask))
-    same_device = seen * tf.cast(tf.equal(placement, current_device[:, None]), tf.float32) * (0.0 if placed else 1.0)
+    same_device = seen * tf.cast(tf.equal(placement, current_device[:, None]), tf.float32) * current_seen
     dynamic = tf.stack([
         tf.clip_by_value(start - current_start, -CLIP, CLIP),
         tf.clip_by_value(end - start, 0.0, CLIP),

@@ -216,17 +216,23 @@ class PlacetoNetwork(snt.Module):
         it was trained on "full").
       nodes_on_device: the scorer sees the mean embedding of the nodes the view shows on each
         device (`DeviceScorer`); None: as the view says (with "full" only).
+      passes: how many times an episode of this policy places each class
+        (`PlacementEnvironment(passes=...)`): not a part of the network, but of how it acts, so
+        saved with it like `view` (a policy saved without it made one pass).
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
-                 view: str = "full", nodes_on_device: bool | None = None, name: str = "placeto_network"):
+                 view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
+                 name: str = "placeto_network"):
         super().__init__(name=name)
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
         if view not in F.VIEWS:
             raise errors.InvalidArgumentError(f"view must be one of {F.VIEWS}, got {view!r}")
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise errors.InvalidArgumentError(f"passes must be an integer >= 1, got {passes!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
-                        "view": view, "nodes_on_device": nodes_on_device}
+                        "view": view, "nodes_on_device": nodes_on_device, "passes": passes}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -250,6 +256,10 @@ class PlacetoNetwork(snt.Module):
     @property
     def refresh_every(self) -> int:
         return self._config["refresh_every"]
+
+    @property
+    def passes(self) -> int:
+        return self._config["passes"]
 
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
         return self.score(statics, observation, self.embed(statics, observation))

@@ -97,7 +97,7 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     env = PlacementEnvironment(problems, batch_size=job["lanes"], initial=tuple(job["initial"]),
                                order=job["order"], seed=seed, oom_penalty=job["oom_penalty"],
                                shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]),
-                               prioritize=job.get("prioritize", 0.0))
+                               prioritize=job.get("prioritize", 0.0), passes=job["network"].get("passes", 1))
     network = PlacetoNetwork(**job["network"])
     network.warm_up()
     policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,

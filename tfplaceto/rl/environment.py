@@ -13,6 +13,9 @@ An episode improves one placement of one graph, one colocation class (node) at a
   policy's choice: a policy that changes nothing keeps its (for "random": bad) start. With
   `window=k` an episode visits only k consecutive classes of that order from a random position:
   a re-placement of one region of a given placement (the search's policy perturbations).
+  With `passes=k` the episode goes through that order k times: on a later pass every class is
+  placed again with the whole placement of the pass before it known (where a class's consumers
+  went, which the first pass has not chosen yet when it places the class).
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory, so an OOM placement is always worse
 than the same step time without OOM, and less overflow is better.
@@ -142,12 +145,14 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       dims: padded observation sizes (default: the smallest that fit `problems`).
       prioritize: share of problem draws made in proportion to the problems' gaps (module
         docstring); 0: uniform.
+      passes: how many times an episode visits each class of its order (module docstring).
     """
 
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
-                 window: int | None = None, shared_start: bool = False, prioritize: float = 0.0):
+                 window: int | None = None, shared_start: bool = False, prioritize: float = 0.0,
+                 passes: int = 1):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -167,6 +172,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
+        self._passes = passes
         if not 0.0 <= prioritize <= 1.0:
             raise ValueError(f"prioritize must be in [0, 1], got {prioritize}")
         self._prioritize = prioritize
@@ -194,6 +202,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
     @property
     def batch_size(self) -> int:
         return self._batch
+
+    @property
+    def passes(self) -> int:
+        return self._passes
 
     @property
     def dims(self) -> Dims:
@@ -273,6 +285,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if self._window is not None and self._window < statics.num_steps:
             begin = int(self._rng.integers(statics.num_steps - self._window + 1))
             lane.order = lane.order[begin:begin + self._window]
+        lane.order = np.tile(lane.order, self._passes)
         lane.t, lane.done = 0, False
         self._simulate(lane)
         lane.initial_cost, lane.initial_step_time = lane.cost, lane.step_time

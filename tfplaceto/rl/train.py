@@ -229,7 +229,7 @@ class _SelfImitation:
         if replay is None:  # built once per problem: an environment computes the graph's statics
             replay = self._replays[index] = PlacementEnvironment(
                 self._env.problems[index], batch_size=1, initial=lambda problem, rng: self._start,
-                dims=self._env.dims)
+                dims=self._env.dims, passes=self._env.passes)
         policy = _ReplayPolicy(replay.time_step_spec(), replay.action_spec(), best.placement, statics.steps)
         extra, extra_weights, _ = collect(replay, policy, replay.reset())
         extra.observation[observation.PROBLEM][:] = index
@@ -306,7 +306,7 @@ def _fixed_op_order(on: bool = True):
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
-          view: str = "full", nodes_on_device: bool | None = None,
+          view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
@@ -331,8 +331,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       initial, order, oom_penalty, shared_start, prioritize: see PlacementEnvironment (the
         paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
         uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
-      hidden, rounds, refresh_every, view, nodes_on_device: the network (`PlacetoNetwork`; ignored
-        when `network` is given).
+      hidden, rounds, refresh_every, view, nodes_on_device, passes: the network (`PlacetoNetwork`;
+        ignored when `network` is given); `passes`: the episodes place every class that many
+        times (`PlacementEnvironment`), as the saved policy then acts.
       learning_rate, gradient_clipping, discount, max_train_steps, exploration: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
@@ -379,11 +380,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
     with _fixed_op_order(reproducible):
         start = time.perf_counter()
         problems = [problems] if isinstance(problems, Problem) else list(problems)
-        env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
-                                   oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize)
-        packed = as_tensors(observation.pack(env.statics, env.dims))
         network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
-                                            view=view, nodes_on_device=nodes_on_device)
+                                            view=view, nodes_on_device=nodes_on_device, passes=passes)
+        env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
+                                   oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize,
+                                   passes=network.passes)
+        packed = as_tensors(observation.pack(env.statics, env.dims))
         time_step_spec, action_spec = specs(env)
         agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                              entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
