@@ -203,3 +203,20 @@ def test_with_the_placed_view_a_greedy_episode_ends_where_it_ends_from_any_start
         network = PlacetoNetwork(hidden=8, rounds=2, seed=2, view=view, nodes_on_device=nodes_on_device)
         ends = greedy_placements(problem, network, "random", starts=8, seed=0)
         assert (len({tuple(p) for p in ends}) == 1) == one_end, (view, nodes_on_device)
+
+
+def test_on_a_later_pass_the_placed_view_also_sees_the_class_own_device_and_counts_its_memory_once():
+    # A second pass (`PlacementEnvironment(passes=2)`) places b again with every node visited:
+    # the (class, device) features are those of b not yet placed, with the same devices for the
+    # others, but for the first column, which now says where b is (on the first pass: nothing).
+    problem = diamond_problem("4xV100")
+    statics = graph_statics(problem)
+    packed = {k: tf.constant(v) for k, v in pack([statics], dims_for([statics])).items()}
+    b = statics.steps.tolist().index(1)
+    placement = np.array([1, 2, 0, 3], np.int32)
+    first_pass = F.compute_features(packed, _observed(problem, b, placement, np.array([1.0, 0, 1, 1])), "placed")
+    second_pass = F.compute_features(packed, _observed(problem, b, placement, np.ones(4)), "placed")
+    first, second = first_pass.devices.numpy()[0], second_pass.devices.numpy()[0]
+    assert first[:, 0].tolist() == [0, 0, 0, 0, 0] and second[:, 0].tolist() == [0, 0, 1, 0, 0]
+    np.testing.assert_array_equal(first[:, 1:], second[:, 1:])  # its memory counted once (column 2)
+    assert first[:, 2].max() > 0

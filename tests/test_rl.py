@@ -71,16 +71,19 @@ def _random_episode(env, seed):
     return np.array(rewards)
 
 
-@pytest.mark.parametrize("order,window", [("topological", None), ("random", None), ("topological", 6)])
-def test_rewards_sum_to_the_total_improvement(order, window):
+@pytest.mark.parametrize("order,window,passes", [("topological", None, 1), ("random", None, 1), ("topological", 6, 1),
+                                                 ("topological", None, 2), ("random", 6, 3)])
+def test_rewards_sum_to_the_total_improvement(order, window, passes):
     problem = layered(seed=1)
-    env = PlacementEnvironment(problem, batch_size=3, initial="random", order=order, seed=4, window=window)
+    env = PlacementEnvironment(problem, batch_size=3, initial="random", order=order, seed=4, window=window,
+                               passes=passes)
+    steps = (window or problem.num_nodes) * passes
     for episode in range(2):
         rewards = _random_episode(env, episode)
         summaries = env.pop_summaries()
-        assert len(summaries) == 3 and rewards.shape == (window or problem.num_nodes, 3)
+        assert len(summaries) == 3 and rewards.shape == (steps, 3)
         for lane, summary in enumerate(summaries):
-            assert not summary["oom"] and summary["steps"] == (window or problem.num_nodes)
+            assert not summary["oom"] and summary["steps"] == steps
             t0, final = summary["initial_step_time_s"], summary["step_time_s"]
             assert rewards[:, lane].sum() == pytest.approx((t0 - final) / t0, abs=1e-5)
             assert final == pytest.approx(problem.simulator().run(summary["placement"])[0])
@@ -313,10 +316,51 @@ def test_the_loss_scores_each_step_from_the_embedding_the_policy_acted_on():
     assert sorted(slots[mask > 0]) == list(np.flatnonzero(kept.numpy().reshape(-1)))
 
 
-@pytest.mark.parametrize("refresh_every", [0, 2.5, True])
-def test_a_bad_refresh_is_a_typed_error(refresh_every):
-    with pytest.raises(errors.InvalidArgumentError, match="refresh_every"):
-        PlacetoNetwork(refresh_every=refresh_every)
+@pytest.mark.parametrize("name,value", [("refresh_every", 0), ("refresh_every", 2.5), ("refresh_every", True),
+                                        ("passes", 0), ("passes", 1.5), ("passes", True)])
+def test_a_bad_refresh_or_passes_is_a_typed_error(name, value):
+    with pytest.raises(errors.InvalidArgumentError, match=name):
+        PlacetoNetwork(**{name: value})
+
+
+def test_a_later_pass_places_every_class_again_knowing_the_whole_placement(tmp_path, monkeypatch):
+    # The order repeats: a second pass visits the classes of the first in the same order, every
+    # node already visited; the end placement is the second pass's choices.
+    problem = layered(seed=2)
+    env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3, passes=2)
+    step, seen = env.reset(), []
+    rng = np.random.default_rng(0)
+    chosen = []
+    while not step.is_last().all():
+        seen.append((int(step.observation[STEP][0]), step.observation["visited"][0, :problem.num_nodes].copy()))
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in step.observation[ACTION_MASK]], np.int32)
+        chosen.append(actions[0])
+        step = env.step(actions)
+    steps = graph_statics(problem).steps
+    num = len(steps)
+    assert [s for s, _ in seen] == list(range(num)) * 2
+    assert all(visited.sum() < problem.num_nodes for _, visited in seen[:num])
+    assert all(visited.all() for _, visited in seen[num:])
+    end = env.pop_summaries()[0]["placement"]
+    np.testing.assert_array_equal(end[steps], chosen[num:])
+    # A policy acts with the passes it was made with, saved with it; training collects them.
+    result = train(problem, episodes=16, lanes=8, seed=0, hidden=8, rounds=2, passes=2, progress=False,
+                   self_imitation=2.0, imitate_baseline=True, select_every=None, logdir=str(tmp_path / "run"))
+    assert result.decisions == 16 * 2 * num
+    loaded = load_policy(str(tmp_path / "run" / "policy"))
+    assert loaded.passes == 2 and PlacetoNetwork().passes == 1
+    from tfplaceto.rl import acting
+
+    made = []
+
+    class Recording(PlacementEnvironment):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("passes", 1))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(acting, "PlacementEnvironment", Recording)
+    assert len(acting.Actor(problem, loaded, seed=0).episodes("random", 2, seed=1)) == 2
+    assert made[-1] == 2
 
 
 def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
