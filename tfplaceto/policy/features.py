@@ -15,7 +15,9 @@ nodes, nothing of the schedule, of the current class's own device or of where it
 in place of the simulated peak memory of each device it sees the memory the visited nodes there
 claim (their persistent and output bytes, with the current class's added on the device it would
 go to; on the single device of the built-in graphs within 1.0-2.3x of the simulated peak), so a
-policy can see a device fill up before the OOM penalty says so.
+policy can see a device fill up before the OOM penalty says so. On a later pass of an episode
+(`PlacementEnvironment(passes=...)`) every node has been visited: it sees the whole placement the
+episode made, the current class's own device and its consumers' included.
 From a random start the nodes not yet visited sit on random devices and every one of them will be
 visited again; what "full" shows of them is noise for the end placement, and a policy must learn
 to ignore it. With "placed" a greedy episode ends at the same placement from every start; the
