@@ -333,7 +333,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
       hidden, rounds, refresh_every, view, nodes_on_device, passes: the network (`PlacetoNetwork`;
         ignored when `network` is given); `passes`: the episodes place every class that many
-        times (`PlacementEnvironment`), as the saved policy then acts.
+        times (`PlacementEnvironment`), as the saved policy then acts. Not in train.gin: 2
+        validated no better than 1 over four seeds (docs/RESULTS.md, session 26).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration: see PlacetoAgent.
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
