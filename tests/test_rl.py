@@ -59,14 +59,17 @@ def layered(seed=0, width=4, depth=5, devices=3, cpu_only=()):
     return Problem(graph, cluster, compute, allowed_devices(graph, cluster))
 
 
-def _random_episode(env, seed):
-    """Random allowed actions in every lane until they all end; the rewards [steps, lanes]."""
+def _random_episode(env, seed, record=None):
+    """Random allowed actions in every lane until they all end; the rewards [steps, lanes].
+    `record`: a list each step's (observation, actions) is appended to."""
     rng = np.random.default_rng(seed)
     step = env.reset()
     rewards = []
     while not step.is_last().all():
-        actions = [rng.choice(np.flatnonzero(mask)) for mask in step.observation[ACTION_MASK]]
-        step = env.step(np.array(actions, np.int32))
+        actions = np.array([rng.choice(np.flatnonzero(mask)) for mask in step.observation[ACTION_MASK]], np.int32)
+        if record is not None:
+            record.append((step.observation, actions))
+        step = env.step(actions)
         rewards.append(step.reward.copy())
     return np.array(rewards)
 
@@ -328,21 +331,16 @@ def test_a_later_pass_places_every_class_again_knowing_the_whole_placement(tmp_p
     # node already visited; the end placement is the second pass's choices.
     problem = layered(seed=2)
     env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3, passes=2)
-    step, seen = env.reset(), []
-    rng = np.random.default_rng(0)
-    chosen = []
-    while not step.is_last().all():
-        seen.append((int(step.observation[STEP][0]), step.observation["visited"][0, :problem.num_nodes].copy()))
-        actions = np.array([rng.choice(np.flatnonzero(m)) for m in step.observation[ACTION_MASK]], np.int32)
-        chosen.append(actions[0])
-        step = env.step(actions)
+    record = []
+    _random_episode(env, 0, record)
+    visited = [obs["visited"][0, :problem.num_nodes] for obs, _ in record]
     steps = graph_statics(problem).steps
     num = len(steps)
-    assert [s for s, _ in seen] == list(range(num)) * 2
-    assert all(visited.sum() < problem.num_nodes for _, visited in seen[:num])
-    assert all(visited.all() for _, visited in seen[num:])
+    assert [int(obs[STEP][0]) for obs, _ in record] == list(range(num)) * 2
+    assert all(v.sum() < problem.num_nodes for v in visited[:num])
+    assert all(v.all() for v in visited[num:])
     end = env.pop_summaries()[0]["placement"]
-    np.testing.assert_array_equal(end[steps], chosen[num:])
+    np.testing.assert_array_equal(end[steps], [actions[0] for _, actions in record[num:]])
     # A policy acts with the passes it was made with, saved with it; training collects them.
     result = train(problem, episodes=16, lanes=8, seed=0, hidden=8, rounds=2, passes=2, progress=False,
                    self_imitation=2.0, imitate_baseline=True, select_every=None, logdir=str(tmp_path / "run"))

@@ -94,12 +94,12 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
         raise errors.DistributedError("this actor's graphs or clusters differ from the learner's (another "
                                       "tfplaceto version, or other files at the same paths)")
     seed = actor_seed(job["seed"], actor_id, incarnation)
+    network = PlacetoNetwork(**job["network"])
+    network.warm_up()
     env = PlacementEnvironment(problems, batch_size=job["lanes"], initial=tuple(job["initial"]),
                                order=job["order"], seed=seed, oom_penalty=job["oom_penalty"],
                                shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]),
-                               prioritize=job.get("prioritize", 0.0), passes=job["network"].get("passes", 1))
-    network = PlacetoNetwork(**job["network"])
-    network.warm_up()
+                               prioritize=job.get("prioritize", 0.0), passes=network.passes)
     policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,
                            jit_score=True, exploration=job.get("exploration", 0.0))
     py_policy = CompiledPyPolicy(policy, job["lanes"])
