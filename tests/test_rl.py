@@ -13,7 +13,18 @@ from tfplaceto import errors, placeto, search
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import PlacetoNetwork
-from tfplaceto.policy.observation import ACTION_MASK, PROBLEM, STEP, graph_statics, pack
+from tfplaceto.policy.observation import (
+    ACTION_MASK,
+    BUSY,
+    END,
+    PLACEMENT,
+    PROBLEM,
+    START,
+    STEP,
+    STEP_TIME,
+    graph_statics,
+    pack,
+)
 from tfplaceto.problem import Best, Problem, allowed_devices
 from tfplaceto.rl.acting import greedy_placements
 from tfplaceto.rl.agent import as_tensors
@@ -359,6 +370,37 @@ def test_a_later_pass_places_every_class_again_knowing_the_whole_placement(tmp_p
     monkeypatch.setattr(acting, "PlacementEnvironment", Recording)
     assert len(acting.Actor(problem, loaded, seed=0).episodes("random", 2, seed=1)) == 2
     assert made[-1] == 2
+
+
+def _recorded(env, seed=0):
+    record = []
+    _random_episode(env, seed, record)
+    return record
+
+
+def test_the_visited_schedule_is_the_placed_nodes_own_whatever_the_start():
+    # schedule="visited" (the "scheduled" view's): the same actions from two random starts are
+    # observed alike, schedule included; the placement's schedule ("placement") is not.
+    problem = layered(seed=2)
+    schedule_fields = (START, END, BUSY, STEP_TIME)
+    for schedule, same in (("visited", True), ("placement", False)):
+        first, second = (_recorded(PlacementEnvironment(problem, batch_size=2, initial="random", seed=seed,
+                                                         schedule=schedule)) for seed in (3, 4))
+        assert not np.array_equal(first[0][0][PLACEMENT], second[0][0][PLACEMENT])  # two starts
+        assert [a.tolist() for _, a in first] == [a.tolist() for _, a in second]
+        alike = [all(np.array_equal(one[k], other[k]) for k in schedule_fields)
+                 for (one, _), (other, _) in zip(first, second)]
+        assert all(alike) if same else not any(alike[:len(alike) // 2]), schedule
+    # Before anything is placed nothing runs; the last step sees every node but the last class.
+    env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=3, schedule="visited")
+    observed = [obs for obs, _ in _recorded(env)]
+    assert float(observed[0][STEP_TIME][0]) == 0.0 and not observed[0][BUSY].any()
+    assert 0 < float(observed[1][STEP_TIME][0]) < float(observed[-1][STEP_TIME][0])
+    with pytest.raises(ValueError, match="schedule"):
+        PlacementEnvironment(problem, schedule="partial")
+    # A "scheduled" policy acts under schedule="visited": the environments it makes say so.
+    assert PlacetoNetwork(view="scheduled").acting == {"passes": 1, "schedule": "visited"}
+    assert PlacetoNetwork(view="placed").acting == {"passes": 1, "schedule": "placement"}
 
 
 def test_the_exported_policy_is_the_best_evaluated_one(tmp_path):
@@ -744,7 +786,7 @@ def test_with_the_placed_view_a_greedy_episode_ends_at_the_same_placement_from_e
     from tfplaceto.rl.acting import Actor
 
     problem = layered(seed=3)
-    for view, same in (("placed", True), ("full", False)):
+    for view, same in (("placed", True), ("scheduled", True), ("full", False)):
         actor = Actor(problem, PlacetoNetwork(hidden=8, rounds=2, seed=0, view=view), seed=0)
         ends = actor.episodes("random", 3, seed=1) + actor.episodes("single", 1)
         assert all(np.array_equal(end, ends[0]) for end in ends[1:]) == same, view

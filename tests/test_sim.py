@@ -255,6 +255,26 @@ def test_run_run_batch_schedule_batch_and_result_agree(problem):
         assert peaks[row].tolist() == peak.tolist()
 
 
+@SETTINGS
+@given(problems(), st.data())
+def test_the_schedule_of_the_active_nodes_alone_ignores_where_the_others_sit(problem, data):
+    # What the RL environment's "visited" schedule rests on: the inactive nodes take no time, and
+    # where their rows put them changes nothing; with every node active it is the plain schedule.
+    graph, cluster, compute, device_of = problem
+    sim = Simulator(graph, cluster, compute)
+    n = len(device_of)
+    active = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    moved = np.where(active, device_of, (device_of + 1) % cluster.num_devices)
+    starts, ends, _ = sim.schedule_batch(np.stack([device_of, moved]), active=active)
+    assert starts[0].tolist() == starts[1].tolist() and ends[0].tolist() == ends[1].tolist()
+    assert (ends[0] == starts[0])[~active].all()
+    plain = sim.schedule_batch(device_of[None])
+    every = sim.schedule_batch(device_of[None], active=np.ones(n, bool))
+    assert all(a.tolist() == b.tolist() for a, b in zip(plain, every))
+    _, nothing, _ = sim.schedule_batch(device_of[None], active=np.zeros(n, bool))
+    assert not nothing.any()  # all on one device, no time: nothing waits
+
+
 # -- properties ----------------------------------------------------------------------------------------
 
 @SETTINGS

@@ -117,9 +117,9 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         climbs) each before asking for the next and asks for none after the deadline, so the
         baseline is climbed before any policy episode runs, and none runs when the time is gone."""
         yield baseline.placement
-        # With the "placed" view a greedy episode ends at the same placement from every start
-        # (`tfplaceto.policy.features`): a second start would repeat the first.
-        own = ("random",) if network.config["view"] == "placed" else ("random", baseline.placement)
+        # With the "placed" and "scheduled" views a greedy episode ends at the same placement
+        # from every start (`tfplaceto.policy.features`): a second start would repeat the first.
+        own = ("random", baseline.placement) if network.config["view"] == "full" else ("random",)
         for start in own:
             yield from actor.episodes(start, 1, greedy=True, seed=seed, deadline=deadline)
 

@@ -7,7 +7,9 @@ GraphStatics, `pack`, the observation itself) is `observation.py`.
   Features           the tensors the network reads (batch, node, edge and device slots).
   compute_features   Features of a batch of observations: gathers each observation's problem
                      from the packed statics by its PROBLEM index, then the dynamic features.
-  VIEWS              what of the current placement a policy sees ("full" or "placed").
+  VIEWS              what of the current placement a policy sees ("full", "placed" or
+                     "scheduled").
+  SCHEDULE_OF        what schedule each view reads (the environment's `schedule`).
 
 Views. "full" (the paper's): every node's current device and the simulated schedule of the whole
 current placement. "placed": only what the episode has placed so far: the devices of the visited
@@ -22,6 +24,11 @@ From a random start the nodes not yet visited sit on random devices and every on
 visited again; what "full" shows of them is noise for the end placement, and a policy must learn
 to ignore it. With "placed" a greedy episode ends at the same placement from every start; the
 columns a view does not see are zero (the widths, and so the network, are the same for both).
+"scheduled": "placed", plus the simulated schedule of the visited nodes alone (the environment's
+`schedule="visited"`): when each placed node runs, how long each device is busy, when the current
+class's inputs could reach each device, the makespan so far; the nodes not yet visited take no
+time there. In topological order these are what a list scheduler (HEFT, m-ETF) decides by, and
+they do not depend on the start either.
 
 Scales are those of `observation.py` (times / the problem's time scale, memory / device memory,
 bytes / the largest edge); ratios are clipped to +-CLIP.
@@ -51,7 +58,8 @@ NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
 DEVICE_FEATURES = 17
 CLIP = 10.0
-VIEWS = ("full", "placed")
+VIEWS = ("full", "placed", "scheduled")
+SCHEDULE_OF = {"full": "placement", "placed": "placement", "scheduled": "visited"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +82,7 @@ class Features:
 
 def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     """Node, edge and (class, device) features of a batch of observations (TensorFlow) as `view`
-    sees them (module docstring: "full" or "placed").
+    sees them (module docstring: "full", "placed" or "scheduled").
 
     Node features: the static ones (fastest compute / max and / scale, output bytes, persistent
     bytes / max and / memory, top and bottom level, log degree), then start relative to the
@@ -90,7 +98,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     """
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
-    placed = view == "placed"
+    placed = view != "full"  # "placed" or "scheduled": what the episode has visited
     problem = obs[PROBLEM]
 
     step = obs[STEP]
@@ -122,8 +130,9 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     current_seen = tf.gather(seen, rep, batch_dims=1)[:, None]  # (B, 1)
     current_onehot = tf.one_hot(current_device, num_devices) * current_seen  # (B, D)
     start, end, peak, busy, step_time = (obs[START], obs[END], obs[PEAK], obs[BUSY], obs[STEP_TIME])
-    if placed:  # the schedule of a placement that is partly random
+    if view == "placed":  # the schedule of a placement that is partly random
         start, end, busy, step_time = (tf.zeros_like(x) for x in (start, end, busy, step_time))
+    if placed:
         claimed = static("claimed")  # (B, N) / smallest device memory
         class_claimed = tf.reduce_sum(claimed * current, -1, keepdims=True)
         peak = (tf.einsum("bn,bnd->bd", claimed, on_device) + class_claimed * (1.0 - current_onehot)) / static("memory")

@@ -211,8 +211,9 @@ class PlacetoNetwork(snt.Module):
         `embed` (1: a fresh embedding every step, the paper's). Part of the config because a
         policy acts as it was trained: it is saved with the weights.
       view: what of the current placement the policy sees (`features.VIEWS`): "full", every
-        node's device and the simulated schedule (the paper's), or "placed", only the devices
-        the episode has chosen. Part of the config for the same reason (a policy saved without
+        node's device and the simulated schedule (the paper's), "placed", only the devices
+        the episode has chosen, or "scheduled", those and the schedule of the nodes placed so
+        far by themselves. Part of the config for the same reason (a policy saved without
         it was trained on "full").
       nodes_on_device: the scorer sees the mean embedding of the nodes the view shows on each
         device (`DeviceScorer`); None: as the view says (with "full" only).
@@ -260,6 +261,12 @@ class PlacetoNetwork(snt.Module):
     @property
     def passes(self) -> int:
         return self._config["passes"]
+
+    @property
+    def acting(self) -> dict:
+        """The `PlacementEnvironment` arguments this policy acts under: its passes, and the
+        schedule its view reads (`features.SCHEDULE_OF`)."""
+        return {"passes": self.passes, "schedule": F.SCHEDULE_OF[self._config["view"]]}
 
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
         return self.score(statics, observation, self.embed(statics, observation))

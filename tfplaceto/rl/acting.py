@@ -109,7 +109,7 @@ class Actor:
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
         self._problem = problem
         self._seed = seed
-        self._passes = network.passes
+        self._acting = network.acting
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
         statics = as_tensors(observation.pack(probe.statics, probe.dims))
@@ -141,7 +141,7 @@ class Actor:
         start had them), so a placer's time budget bounds an episode to one step past it."""
         seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
-                                   window=window, dims=self._dims, passes=self._passes)
+                                   window=window, dims=self._dims, **self._acting)
         step = env.reset()
         state = self._policy.get_initial_state(count)
         greedy = tf.constant(greedy)

@@ -16,6 +16,10 @@ An episode improves one placement of one graph, one colocation class (node) at a
   With `passes=k` the episode goes through that order k times: on a later pass every class is
   placed again with the whole placement of the pass before it known (where a class's consumers
   went, which the first pass has not chosen yet when it places the class).
+  With `schedule="visited"` the observation's schedule is that of the visited nodes alone, not
+  the whole placement's (the rewards are the whole placement's either way): in topological order
+  it is when the nodes placed so far run and the devices are free, with the nodes not yet placed
+  (a random start's) left out.
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory, so an OOM placement is always worse
 than the same step time without OOM, and less overflow is better.
@@ -65,6 +69,7 @@ from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
 
 Initial = str | np.ndarray | Callable[[Problem, np.random.Generator], np.ndarray]
 INITIAL_NAMES = ("random", "single", "baseline")
+SCHEDULES = ("placement", "visited")  # what an observation's schedule describes (`schedule`)
 
 
 def placement_cost(step_time_s: float, peak_bytes: np.ndarray, memory_bytes: np.ndarray,
@@ -146,13 +151,17 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       prioritize: share of problem draws made in proportion to the problems' gaps (module
         docstring); 0: uniform.
       passes: how many times an episode visits each class of its order (module docstring).
+      schedule: what the observation's schedule (node start and end times, device busy time,
+        step time) describes: "placement", the lane's whole current placement; "visited", the
+        nodes the episode has visited alone (`Simulator.schedule_batch(active=...)`), which
+        does not depend on the devices of the nodes not yet visited (a random start's).
     """
 
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
                  window: int | None = None, shared_start: bool = False, prioritize: float = 0.0,
-                 passes: int = 1):
+                 passes: int = 1, schedule: str = "placement"):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -175,6 +184,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self._passes = passes
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self._schedule_of = schedule
         if not 0.0 <= prioritize <= 1.0:
             raise ValueError(f"prioritize must be in [0, 1], got {prioritize}")
         self._prioritize = prioritize
@@ -206,6 +218,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
     @property
     def passes(self) -> int:
         return self._passes
+
+    @property
+    def schedule(self) -> str:
+        return self._schedule_of
 
     @property
     def dims(self) -> Dims:
@@ -301,7 +317,11 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             statics = self._statics[index]
             d = statics.num_devices
             placements = np.stack([lane.placement for lane in lanes])
-            starts, ends = np.stack([lane.start for lane in lanes]), np.stack([lane.end for lane in lanes])
+            if self._schedule_of == "visited":
+                starts, ends, step_times = self._visited_schedules(index, lanes, placements)
+            else:
+                starts, ends = np.stack([lane.start for lane in lanes]), np.stack([lane.end for lane in lanes])
+                step_times = np.array([lane.step_time for lane in lanes])
             # Busy time of each (lane, device): one bincount over lane-offset device indices.
             offsets = (np.arange(len(lanes)) * d)[:, None]
             busy = np.bincount((placements + offsets).ravel(), weights=(ends - starts).ravel(),
@@ -309,10 +329,25 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             steps = np.array([lane.order[min(lane.t, len(lane.order) - 1)] for lane in lanes])
             fill_observations(obs, np.array(rows), statics, index, steps, placements,
                               np.stack([lane.visited for lane in lanes]), starts, ends, busy,
-                              np.stack([lane.peak for lane in lanes]),
-                              np.array([lane.step_time for lane in lanes]))
+                              np.stack([lane.peak for lane in lanes]), step_times)
         discount = (step_type != ts.StepType.LAST).astype(np.float32)
         return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)
+
+    def _visited_schedules(self, index: int, lanes: list[_Lane], placements: np.ndarray):
+        """(starts, ends, step times) of the schedules of the lanes' visited nodes alone: one
+        kernel call per visited set among them (in lockstep the lanes of a problem share one)."""
+        simulator = self._problems[index].simulator()
+        starts, ends = np.empty(placements.shape), np.empty(placements.shape)
+        step_times = np.zeros(len(lanes))
+        groups: dict[bytes, list[int]] = {}
+        for row, lane in enumerate(lanes):
+            groups.setdefault(lane.visited.tobytes(), []).append(row)
+        for rows in groups.values():
+            active = lanes[rows[0]].visited > 0
+            starts[rows], ends[rows], _ = simulator.schedule_batch(placements[rows], active=active)
+            if active.any():
+                step_times[rows] = ends[rows][:, active].max(axis=1)
+        return starts, ends, step_times
 
     def _sample_problem(self) -> int:
         if self._prioritize > 0 and self._rng.random() < self._prioritize:

@@ -229,7 +229,7 @@ class _SelfImitation:
         if replay is None:  # built once per problem: an environment computes the graph's statics
             replay = self._replays[index] = PlacementEnvironment(
                 self._env.problems[index], batch_size=1, initial=lambda problem, rng: self._start,
-                dims=self._env.dims, passes=self._env.passes)
+                dims=self._env.dims, passes=self._env.passes, schedule=self._env.schedule)
         policy = _ReplayPolicy(replay.time_step_spec(), replay.action_spec(), best.placement, statics.steps)
         extra, extra_weights, _ = collect(replay, policy, replay.reset())
         extra.observation[observation.PROBLEM][:] = index
@@ -385,7 +385,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                                             view=view, nodes_on_device=nodes_on_device, passes=passes)
         env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                    oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize,
-                                   passes=network.passes)
+                                   **network.acting)
         packed = as_tensors(observation.pack(env.statics, env.dims))
         time_step_spec, action_spec = specs(env)
         agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,

@@ -180,14 +180,43 @@ class Simulator:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
         return start, end, peak
 
-    def schedule_batch(self, devices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def schedule_batch(self, devices, active=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """schedule() for each row of a (batch, nodes) int array, in one kernel call: (starts
-        (B, N), ends (B, N), peak bytes (B, D))."""
+        (B, N), ends (B, N), peak bytes (B, D)).
+
+        `active` (N,) bool: the schedule of the active nodes alone, as if the others were not
+        there yet (the RL environment's "visited" schedule: what the nodes an episode has placed
+        do by themselves). An inactive node takes no time and sits on the device of the nearest
+        active node up the chain of its first inputs (device 0 when there is none), whatever
+        its row says, so it adds no work and its first input no transfer; its other inputs on
+        other devices still cross their links (and may queue before an active transfer there).
+        """
         devices = self._batch_indices(devices)
-        starts, ends, peaks, ok = kernel.simulate_schedules(devices, *self._args)
+        args = self._args
+        if active is not None:
+            active = np.asarray(active, bool)
+            anchor = self._active_anchor(active)
+            devices = np.where(active, devices, np.where(active[anchor], devices[:, anchor], 0)).astype(devices.dtype)
+            args = (self.sim_graph.compute * active[:, None], *args[1:])
+        starts, ends, peaks, ok = kernel.simulate_schedules(devices, *args)
         if not ok:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
         return starts, ends, peaks
+
+    def _active_anchor(self, active: np.ndarray) -> np.ndarray:
+        """For each node, the nearest active node up its chain of first inputs (itself when
+        active), or the inactive first node of the chain when none is active: pointer jumping."""
+        graph = self.sim_graph
+        nodes = np.arange(self._num_nodes)
+        has_input = graph.cons_ptr[1:] > graph.cons_ptr[:-1]
+        jump = nodes.copy()
+        jump[has_input] = graph.input_producer[graph.cons_ptr[:-1][has_input]]
+        jump[active] = nodes[active]
+        while True:
+            further = jump[jump]
+            if np.array_equal(further, jump):
+                return jump
+            jump = further
 
     def result(self, device_of) -> SimResult:
         """The full SimResult (schedule, traces) of one placement.
