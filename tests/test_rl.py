@@ -391,7 +391,7 @@ def test_the_visited_schedule_is_the_placed_nodes_own_whatever_the_start():
         alike = [all(np.array_equal(one[k], other[k]) for k in schedule_fields)
                  for (one, _), (other, _) in zip(first, second)]
         assert all(alike) if same else not any(alike[:len(alike) // 2]), schedule
-    # Before anything is placed nothing runs; the last step sees every node but the last class.
+    # Before anything is placed nothing runs; the makespan of the placed nodes grows with them.
     env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=3, schedule="visited")
     observed = [obs for obs, _ in _recorded(env)]
     assert float(observed[0][STEP_TIME][0]) == 0.0 and not observed[0][BUSY].any()

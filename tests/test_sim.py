@@ -273,6 +273,8 @@ def test_the_schedule_of_the_active_nodes_alone_ignores_where_the_others_sit(pro
     assert all(a.tolist() == b.tolist() for a, b in zip(plain, every))
     _, nothing, _ = sim.schedule_batch(device_of[None], active=np.zeros(n, bool))
     assert not nothing.any()  # all on one device, no time: nothing waits
+    with pytest.raises(errors.InvalidGraphError, match="active"):
+        sim.schedule_batch(device_of[None], active=np.ones(n + 1, bool))
 
 
 # -- properties ----------------------------------------------------------------------------------------

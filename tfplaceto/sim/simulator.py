@@ -195,6 +195,9 @@ class Simulator:
         args = self._args
         if active is not None:
             active = np.asarray(active, bool)
+            if active.shape != (self._num_nodes,):
+                raise errors.InvalidGraphError(
+                    f"expected {self._num_nodes} active flags, got shape {active.shape}")
             anchor = self._active_anchor(active)
             devices = np.where(active, devices, np.where(active[anchor], devices[:, anchor], 0)).astype(devices.dtype)
             args = (self.sim_graph.compute * active[:, None], *args[1:])
