@@ -85,6 +85,13 @@ def _random_episode(env, seed, record=None):
     return np.array(rewards)
 
 
+def _recorded(env, seed=0):
+    """`_random_episode`'s (observation, actions) of every step."""
+    record = []
+    _random_episode(env, seed, record)
+    return record
+
+
 @pytest.mark.parametrize("order,window,passes", [("topological", None, 1), ("random", None, 1), ("topological", 6, 1),
                                                  ("topological", None, 2), ("random", 6, 3)])
 def test_rewards_sum_to_the_total_improvement(order, window, passes):
@@ -342,8 +349,7 @@ def test_a_later_pass_places_every_class_again_knowing_the_whole_placement(tmp_p
     # node already visited; the end placement is the second pass's choices.
     problem = layered(seed=2)
     env = PlacementEnvironment(problem, batch_size=2, initial="random", seed=3, passes=2)
-    record = []
-    _random_episode(env, 0, record)
+    record = _recorded(env)
     visited = [obs["visited"][0, :problem.num_nodes] for obs, _ in record]
     steps = graph_statics(problem).steps
     num = len(steps)
@@ -370,12 +376,6 @@ def test_a_later_pass_places_every_class_again_knowing_the_whole_placement(tmp_p
     monkeypatch.setattr(acting, "PlacementEnvironment", Recording)
     assert len(acting.Actor(problem, loaded, seed=0).episodes("random", 2, seed=1)) == 2
     assert made[-1] == 2
-
-
-def _recorded(env, seed=0):
-    record = []
-    _random_episode(env, seed, record)
-    return record
 
 
 def test_the_visited_schedule_is_the_placed_nodes_own_whatever_the_start():

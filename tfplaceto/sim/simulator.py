@@ -16,6 +16,7 @@ unless calibrated, so presets simulate their schedules alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -206,15 +207,19 @@ class Simulator:
             raise errors.InvalidGraphError("some nodes never became ready: the graph is not a DAG")
         return starts, ends, peaks
 
+    @functools.cached_property
+    def _first_input(self) -> np.ndarray:
+        """The producer of each node's first input (the node itself when it has none)."""
+        graph = self.sim_graph
+        first = np.arange(self._num_nodes)
+        has_input = graph.cons_ptr[1:] > graph.cons_ptr[:-1]
+        first[has_input] = graph.input_producer[graph.cons_ptr[:-1][has_input]]
+        return first
+
     def _active_anchor(self, active: np.ndarray) -> np.ndarray:
         """For each node, the nearest active node up its chain of first inputs (itself when
         active), or the inactive first node of the chain when none is active: pointer jumping."""
-        graph = self.sim_graph
-        nodes = np.arange(self._num_nodes)
-        has_input = graph.cons_ptr[1:] > graph.cons_ptr[:-1]
-        jump = nodes.copy()
-        jump[has_input] = graph.input_producer[graph.cons_ptr[:-1][has_input]]
-        jump[active] = nodes[active]
+        jump = np.where(active, np.arange(self._num_nodes), self._first_input)
         while True:
             further = jump[jump]
             if np.array_equal(further, jump):
