@@ -850,6 +850,11 @@ def test_self_imitation_replays_the_best_placement_found_from_the_batch_start():
     assert not np.array_equal(following.observation["placement"][0, 0], experience.observation["placement"][0, 0])
     merged, _, _ = imitator.batch(following, following_weights, env.pop_summaries())
     np.testing.assert_array_equal(merged.observation["placement"][3, 0], following.observation["placement"][0, 0])
+    # A fixed target (`imitate_baseline="fixed"`: the teacher) is cloned whatever is found better.
+    teacher = Best()
+    teacher.offer(1.0, False, np.zeros(problem.num_nodes, np.int32))
+    merged, _, _ = _SelfImitation(env, 2.0, {0: teacher}).batch(following, following_weights, summaries)
+    np.testing.assert_array_equal(tf.nest.map_structure(lambda x: x[3], merged).action[:len(steps)], 0)
 
 
 def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement_or_its_climb():

@@ -210,8 +210,9 @@ class _SelfImitation:
     an idle device: several coordinated choices), which the next batches otherwise average
     away. The replay costs one episode's simulations and is not counted as an episode."""
 
-    def __init__(self, env: PlacementEnvironment, weight: float):
+    def __init__(self, env: PlacementEnvironment, weight: float, targets: dict[int, Best] | None = None):
         self.weight, self._env = weight, env
+        self._targets = targets or {}  # problem -> a fixed placement to clone instead of the best found
         self._start: np.ndarray | None = None  # the start of the batch being replayed
         self._replays: dict[int, PlacementEnvironment] = {}  # problem -> its one-lane environment
 
@@ -221,7 +222,7 @@ class _SelfImitation:
         if self.weight <= 0 or len(problems) != 1:
             return experience, weights, None
         index = problems.pop()
-        best, statics = self._env.best_for(index), self._env.statics[index]
+        best, statics = self._targets.get(index) or self._env.best_for(index), self._env.statics[index]
         if best.placement is None:
             return experience, weights, None
         self._start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
@@ -372,7 +373,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         placed-view policy with `nodes_on_device` can clone m-SCT's split of it from every start.
         On in train.gin (the shipped policy's training). "climbed": that placement hill-climbed
         first (`search.polish`, seeded), a stronger teacher (a local optimum of single-class and
-        block moves).
+        block moves). "fixed": the teacher is cloned for the whole run, never replaced by a
+        placement sampling finds.
       collector: where batches come from (module docstring; default `Embedded`).
       reproducible: run TensorFlow's functions one op at a time in a fixed order
         (`_fixed_op_order`), so that a run repeats bit for bit on the same machine and build;
@@ -468,13 +470,14 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         if selection is not None and selection.reference is None:
             select()  # the reference: the weights training begins from
 
-        imitator = _SelfImitation(env, self_imitation)
+        teachers: dict[int, Best] = {}
         if imitate_baseline:
             for index, problem in enumerate(problems):
-                teacher = best_baseline(problem, seed)
+                teacher = teachers[index] = best_baseline(problem, seed)
                 if imitate_baseline == "climbed":
                     offer(problem, teacher, polish(problem, teacher.placement, np.random.default_rng(seed)))
                 env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
+        imitator = _SelfImitation(env, self_imitation, teachers if imitate_baseline == "fixed" else None)
         bar = None
         if progress:
             bar = tqdm(total=episodes, initial=done, unit="episode", dynamic_ncols=True)
