@@ -875,6 +875,8 @@ def test_imitating_the_baseline_starts_from_the_best_fast_baselines_placement_or
     assert climbed_s < teacher.step_time_s
     taught = train(problem, imitate_baseline="climbed", **common)
     assert taught.best[0].step_time_s == pytest.approx(climbed_s)
+    with pytest.raises(errors.InvalidArgumentError, match="imitate_baseline"):
+        train(problem, imitate_baseline="fixd", **common)
 
 
 def test_imitated_lanes_are_cloned_and_stay_out_of_the_baseline():

@@ -303,6 +303,9 @@ def _fixed_op_order(on: bool = True):
     return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
 
 
+IMITATE_BASELINE = (False, True, "climbed", "fixed")  # `train`'s imitate_baseline
+
+
 @gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
@@ -380,6 +383,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         (`_fixed_op_order`), so that a run repeats bit for bit on the same machine and build;
         False: TensorFlow's default executor, which may run independent ops at the same time.
     """
+    if imitate_baseline not in IMITATE_BASELINE:
+        raise errors.InvalidArgumentError(
+            f"imitate_baseline must be one of {IMITATE_BASELINE}, got {imitate_baseline!r}")
     with _fixed_op_order(reproducible):
         start = time.perf_counter()
         problems = [problems] if isinstance(problems, Problem) else list(problems)
