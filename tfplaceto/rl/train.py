@@ -222,7 +222,7 @@ class _SelfImitation:
         if self.weight <= 0 or len(problems) != 1:
             return experience, weights, None
         index = problems.pop()
-        best, statics = self._targets.get(index) or self._env.best_for(index), self._env.statics[index]
+        best, statics = self._targets.get(index, self._env.best_for(index)), self._env.statics[index]
         if best.placement is None:
             return experience, weights, None
         self._start = experience.observation[observation.PLACEMENT][0, 0, :statics.num_nodes]
