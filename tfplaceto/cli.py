@@ -158,6 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
     train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
     train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
+    train.add_argument("--members", choices=("first", "cover"), default="first",
+                       help="with --family: which --num-graphs members to train on: first (0 .. N-1, the "
+                       "default) or cover (those among 0-49 that cover the family's kinds of member)")
     train.add_argument("--seed", type=int, default=0, help="seed of the run")
     train.add_argument("--select-members", default=None,
                        help="with --family: members (e.g. 50,51,52) the exported policy is selected on, "
@@ -378,10 +381,12 @@ def _select_sources(args) -> list[str] | None:
     except ValueError:
         raise errors.TfplacetoError(f"--select-members takes member numbers, e.g. 50,51; got "
                                     f"{args.select_members!r}") from None
-    if not members or min(members) < args.num_graphs:
-        raise errors.TfplacetoError(f"--select-members needs members not trained on (not 0 .. "
-                                    f"{args.num_graphs - 1}); got {args.select_members!r}")
-    return _family_members(args, members)
+    for family in _families(args):
+        trained = _training_members(args, family)
+        if not members or set(trained) & set(members):
+            raise errors.TfplacetoError(f"--select-members needs members not trained on (not {family} "
+                                        f"{', '.join(map(str, trained))}); got {args.select_members!r}")
+    return [f"builtin:{family}/{member}" for family in _families(args) for member in members]
 
 
 def _gin_file(path: str) -> str:
@@ -394,24 +399,33 @@ def _gin_file(path: str) -> str:
 
 
 def _train_sources(args) -> list[str]:
-    """The sources `tfplaceto train` trains on: `--family` members 0 .. `--num-graphs`-1, or `--graph`s."""
-    from tfplaceto import errors
-
+    """The sources `tfplaceto train` trains on: `--family` members (`_training_members`), or `--graph`s."""
     if not args.family:
         return args.graph
+    return [f"builtin:{family}/{member}" for family in _families(args) for member in _training_members(args, family)]
+
+
+def _training_members(args, family: str) -> list[int]:
+    """The `--num-graphs` members of `family` trained on: 0 .. N-1, or with `--members cover`
+    those that cover its kinds of member (`builtin.covering_members`)."""
+    from tfplaceto import errors
+    from tfplaceto.graph.builtin import covering_members
+
     if args.num_graphs < 1:
         raise errors.TfplacetoError(f"--num-graphs must be at least 1, got {args.num_graphs}")
-    return _family_members(args, range(args.num_graphs))
+    if args.members == "first":
+        return list(range(args.num_graphs))
+    return sorted(covering_members(family, args.num_graphs))
 
 
-def _family_members(args, members) -> list[str]:
-    """The sources of `members` of every `--family` (builtin:FAMILY/MEMBER)."""
+def _families(args) -> list[str]:
+    """The names in `--family`."""
     from tfplaceto import errors
 
     families = [f.strip() for f in args.family.split(",") if f.strip()]
     if not families:
         raise errors.TfplacetoError(f"--family needs a family name, got {args.family!r}")
-    return [f"builtin:{family}/{member}" for family in families for member in members]
+    return families
 
 
 def _cmd_actor(args) -> int:

@@ -9,6 +9,7 @@ Map of the file:
   build(name)              "inception_v3" -> (compiled model, batch); "cifar10-cells/7" -> family
                            member with seed 7 ("cifar10-cells" alone is seed 0).
   family(name, seed)       one member of a graph family.
+  covering_members         family members whose plans together cover the family's choices.
   describe()               (name, description) rows for `tfplaceto models`.
   _fresh_layer_names       auto-generated Keras layer names restart from zero for each build.
 The builders: `builtin_models.py` (the benchmark models, and `estimate_memory_bytes`, the
@@ -28,7 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tfplaceto import errors
@@ -42,6 +43,9 @@ class BuiltinModel:
 
     builder: for kind "model", `builder()`; for kind "family", `builder(seed)`; both return a
       compiled tf.keras.Model.
+    plan, choices (families): `plan(seed)` is member `seed`'s random choices as a dict, without
+      building it; `choices` are its keys that say what kind of member it is (each drawn from a
+      few values), what `covering_members` covers.
     """
 
     name: str
@@ -49,6 +53,8 @@ class BuiltinModel:
     builder: Callable[..., Any]
     batch_size: int
     kind: str = "model"  # "model" or "family"
+    plan: Callable[[int], dict] | None = None
+    choices: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -85,8 +91,9 @@ def _fresh_layer_names() -> Iterator[None]:
 
 # -- registry ---------------------------------------------------------------------------------------
 
-def _entry(name: str, description: str, builder, batch_size: int, kind: str = "model"):
-    return name, BuiltinModel(name, description, builder, batch_size, kind)
+def _entry(name: str, description: str, builder, batch_size: int, kind: str = "model", plan=None,
+           choices: tuple[str, ...] = ()):
+    return name, BuiltinModel(name, description, builder, batch_size, kind, plan, choices)
 
 
 MODELS: dict[str, BuiltinModel] = dict([
@@ -112,13 +119,15 @@ MODELS: dict[str, BuiltinModel] = dict([
            "~14.2 GB: does not fit one K80, fits 2", builtin_models.nasnet_mobile, 128),
     _entry("cifar10-cells", "family: random ENAS-like CNNs, 3-6 cells of 2-4 nodes (conv, sep-conv, "
            "pool, identity) on 32x32 CIFAR-10 images, batch 64, 1k-2.5k ops; NAME/SEED picks "
-           "a member", builtin_families.cifar10_cells, 64, "family"),
+           "a member", builtin_families.cifar10_cells, 64, "family", builtin_families.cifar10_cells_plan,
+           ("channels", "num_cells")),
     _entry("ptb-cells", "family: random ENAS-like recurrent cells of 3-6 nodes unrolled over "
            "20-35 steps, 10k vocab, batch 64, 1k-2.5k ops; NAME/SEED picks a member",
-           builtin_families.ptb_cells, 64, "family"),
+           builtin_families.ptb_cells, 64, "family", builtin_families.ptb_cells_plan, ("units", "num_nodes")),
     _entry("nmt-variants", "family: GNMT-style models, depth 2-6, width 256-1024, attention or "
            "not, 3-9 unrolled steps, batch 64, 3k-5k ops; NAME/SEED picks a member",
-           builtin_families.nmt_variant, 64, "family"),
+           builtin_families.nmt_variant, 64, "family", builtin_families.nmt_variant_plan,
+           ("num_layers", "units", "attention", "vocab")),
 ])
 
 
@@ -138,6 +147,38 @@ def family(name: str, seed: int) -> tuple[Any, int]:
             f"the seed of built-in family {name!r} must be an int >= 0, got {seed!r}")
     with _fresh_layer_names():
         return entry.builder(seed), entry.batch_size
+
+
+def covering_members(name: str, count: int, candidates: Iterable[int] = range(50)) -> list[int]:
+    """`count` members of family `name`, among `candidates`, that between them take as many
+    values of the family's choices as they can (its `BuiltinModel.choices`: e.g. attention or
+    not, the width), in the order picked.
+
+    Greedy: each next member is the candidate whose plan adds the most (choice, value) pairs not
+    yet taken, the lowest seed among equals; the first is therefore the lowest candidate. The
+    first members of a family need not cover it (nmt-variants members 0-2 all have attention);
+    a policy trained on them sees no member of the kinds they miss. The default candidates,
+    0-49, leave members 50 and above to validate and test on.
+    """
+    entry = MODELS.get(name)
+    if entry is None or entry.kind != "family":
+        raise _unknown(name)
+    plans = {seed: entry.plan(seed) for seed in candidates}
+    if not 1 <= count <= len(plans):
+        raise errors.InvalidArgumentError(
+            f"cannot pick {count} members of {name!r} among {len(plans)} candidates")
+    def pairs(seed: int) -> set:
+        return {(key, plans[seed][key]) for key in entry.choices}
+
+    taken: set = set()
+    picked: list[int] = []
+    for _ in range(count):
+        unpicked = [seed for seed in plans if seed not in picked]
+        gains = [len(pairs(seed) - taken) for seed in unpicked]
+        best = unpicked[gains.index(max(gains))]  # candidates in order: the lowest among equals
+        picked.append(best)
+        taken |= pairs(best)
+    return picked
 
 
 def check_name(name) -> tuple[BuiltinModel, int | None]:
@@ -183,4 +224,5 @@ def describe() -> list[tuple[str, str]]:
     return [(name, entry.description) for name, entry in MODELS.items()]
 
 
-__all__ = ["MODELS", "BuiltinModel", "build", "check_name", "describe", "estimate_memory_bytes", "family"]
+__all__ = ["MODELS", "BuiltinModel", "build", "check_name", "covering_members", "describe",
+           "estimate_memory_bytes", "family"]

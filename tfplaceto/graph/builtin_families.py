@@ -2,10 +2,13 @@
 GNMT-style variants, one member per seed, for training and testing a policy across graphs.
 
 Map of the file:
-  cifar10_cells        random convolutional cells on CIFAR-10 images (CNN_OPS).
-  ptb_cells            random recurrent cells unrolled over PTB-like sequences (RNN_ACTIVATIONS).
-  nmt_variant_plan, nmt_variant   a GNMT-style model (`builtin_models.gnmt`) of random size.
-Structure choices come from a local `random.Random(seed)`; global seeds are never touched.
+  cifar10_cells_plan, cifar10_cells   random convolutional cells on CIFAR-10 images (CNN_OPS).
+  ptb_cells_plan, ptb_cells           random recurrent cells unrolled over PTB-like sequences
+                                      (RNN_ACTIVATIONS).
+  nmt_variant_plan, nmt_variant       a GNMT-style model (`builtin_models.gnmt`) of random size.
+Structure choices come from a local `random.Random(seed)`; global seeds are never touched. A
+family's plan function returns a member's first random choices (its size and kind) without
+building it: what `builtin.covering_members` picks training members by.
 """
 
 from __future__ import annotations
@@ -19,6 +22,18 @@ from tfplaceto.graph.builtin_models import adam, gnmt, sgd_momentum, sparse_ce, 
 CNN_OPS = ("conv3x3", "conv5x5", "sep_conv3x3", "sep_conv5x5", "max_pool3x3", "avg_pool3x3",
            "identity")
 RNN_ACTIVATIONS = ("tanh", "relu", "sigmoid", "identity")
+
+
+def _cifar10_cells_size(rng: random.Random) -> dict[str, int]:
+    """The first draws of a cifar10-cells member: its base channels and number of cells."""
+    channels = rng.choice((16, 24, 32))
+    return {"channels": channels, "num_cells": rng.randint(3, 6)}
+
+
+def cifar10_cells_plan(seed: int) -> dict[str, int]:
+    """The size of cifar10-cells member `seed`: base channels (16, 24 or 32), cells (3..6). The
+    cells' ops are drawn while the model is built."""
+    return _cifar10_cells_size(random.Random(seed))
 
 
 def cifar10_cells(seed: int):
@@ -35,8 +50,8 @@ def cifar10_cells(seed: int):
     keras = tf_keras()
     layers = keras.layers
     rng = random.Random(seed)
-    channels = rng.choice((16, 24, 32))
-    num_cells = rng.randint(3, 6)
+    size = _cifar10_cells_size(rng)
+    channels, num_cells = size["channels"], size["num_cells"]
     reductions = {num_cells // 3, (2 * num_cells) // 3} - {0}
 
     def conv_bn(x, filters, kernel, strides, prefix, separable=False):
@@ -156,6 +171,19 @@ def _random_rnn_cell_class():
     return RandomRNNCell
 
 
+def ptb_cells_plan(seed: int) -> dict[str, Any]:
+    """The random choices of ptb-cells member `seed`: unrolled steps (20..35), units (128, 256 or
+    512), cell nodes (3..6), the earlier node each node reads and each node's activation."""
+    rng = random.Random(seed)
+    steps = rng.randint(20, 35)
+    units = rng.choice((128, 256, 512))
+    num_nodes = rng.randint(3, 6)
+    node_inputs = [0] + [rng.randrange(i) for i in range(1, num_nodes)]
+    node_activations = [rng.choice(RNN_ACTIVATIONS) for _ in range(num_nodes)]
+    return {"steps": steps, "units": units, "num_nodes": num_nodes, "node_inputs": node_inputs,
+            "node_activations": node_activations}
+
+
 def ptb_cells(seed: int):
     """A random ENAS-like recurrent language model (PTB-sized: 10k vocabulary).
 
@@ -164,15 +192,11 @@ def ptb_cells(seed: int):
     """
     keras = tf_keras()
     layers = keras.layers
-    rng = random.Random(seed)
-    steps = rng.randint(20, 35)
-    units = rng.choice((128, 256, 512))
-    num_nodes = rng.randint(3, 6)
-    node_inputs = [0] + [rng.randrange(i) for i in range(1, num_nodes)]
-    node_activations = [rng.choice(RNN_ACTIVATIONS) for _ in range(num_nodes)]
+    plan = ptb_cells_plan(seed)
+    steps, units = plan["steps"], plan["units"]
     tokens = layers.Input((steps,), dtype="int32", name="tokens")
     x = layers.Embedding(10000, units, name="embedding")(tokens)
-    cell = _random_rnn_cell_class()(units, node_inputs, node_activations, name="cell")
+    cell = _random_rnn_cell_class()(units, plan["node_inputs"], plan["node_activations"], name="cell")
     x = layers.RNN(cell, return_sequences=True, unroll=True, name="rnn")(x)
     probabilities = layers.Dense(10000, activation="softmax", name="softmax")(x)
     model = keras.Model(tokens, probabilities, name=f"ptb_cells_{seed}")
