@@ -167,6 +167,45 @@ def test_family_seeds(family):
     assert builtin.build(family)[0].name.endswith("_cells_0")  # no seed: member 0
 
 
+def test_cifar10_cells_plan_is_what_is_built():
+    for seed in (1, 5):
+        model, _ = builtin.build(f"cifar10-cells/{seed}")
+        plan = builtin_families.cifar10_cells_plan(seed)
+        assert model.get_layer("stem_conv").filters == plan["channels"]
+        assert {layer.name.split("_")[0] for layer in model.layers if layer.name.startswith("cell")} == {
+            f"cell{cell}" for cell in range(plan["num_cells"])}
+
+
+@pytest.mark.parametrize("family", ["cifar10-cells", "ptb-cells", "nmt-variants"])
+def test_covering_members_take_more_kinds_of_member_than_the_first_ones(family):
+    entry = builtin.MODELS[family]
+
+    def taken(members):
+        return {(key, entry.plan(seed)[key]) for seed in members for key in entry.choices}
+
+    for count in (1, 3, 6):
+        members = builtin.covering_members(family, count)
+        assert len(set(members)) == count and members[0] == 0 and max(members) < 50
+        assert len(taken(members)) >= len(taken(range(count)))
+        # Greedy: no member left out would have added more than the last one picked did.
+        before = taken(members[:-1])
+        gain = len(taken(members) - before)
+        assert all(len(taken([seed]) - before) <= gain for seed in range(50) if seed not in members)
+    assert builtin.covering_members(family, 3) == builtin.covering_members(family, 6)[:3]
+    assert builtin.covering_members(family, 2, candidates=[7, 3]) in ([7, 3], [3, 7])
+    with pytest.raises(errors.InvalidArgumentError):
+        builtin.covering_members(family, 51)
+
+
+def test_covering_members_of_nmt_variants_take_both_with_and_without_attention():
+    # Members 0-2 all have attention: a policy trained on them sees no model without it.
+    assert {builtin_families.nmt_variant_plan(seed)["attention"] for seed in range(3)} == {True}
+    assert {builtin_families.nmt_variant_plan(seed)["attention"]
+            for seed in builtin.covering_members("nmt-variants", 3)} == {True, False}
+    with pytest.raises(errors.InvalidGraphError):
+        builtin.covering_members("inception_v3", 3)
+
+
 def test_nmt_variant_plans():
     # Building deep variants is slow; their structure is the plan `gnmt` gets (tested above).
     plans = [builtin_families.nmt_variant_plan(seed) for seed in range(40)]
@@ -185,6 +224,9 @@ def test_ptb_cell_is_unrolled_random_dag():
     rnn = model.get_layer("rnn")
     assert rnn.unroll and 20 <= model.input.shape[1] <= 35
     cell = rnn.cell
+    plan = builtin_families.ptb_cells_plan(2)  # what was built, without building it
+    assert (plan["steps"], plan["units"]) == (model.input.shape[1], cell.units)
+    assert (plan["node_inputs"], plan["node_activations"]) == (list(cell.node_inputs), list(cell.node_activations))
     assert 3 <= len(cell.node_activations) <= 6
     assert set(cell.node_activations) <= set(builtin_families.RNN_ACTIVATIONS)
     assert all(0 <= source < i for i, source in enumerate(cell.node_inputs) if i)

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import tfplaceto as tp
-from tfplaceto.cli import main
+from tfplaceto.cli import _parser, _train_sources, main
+from tfplaceto.graph.builtin import covering_members
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +94,24 @@ def test_train_runs_a_few_episodes_and_exports_a_policy(tmp_path, capsys, monkey
     assert main(["train", "--family", "no-such-family", "--cluster", "2xK80", "--logdir", str(tmp_path / "x"),
                  "--episodes", "1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    # Model selection on members trained on (0 .. num-graphs - 1), or on no family: refused.
+    # Model selection on members trained on (0 .. num-graphs - 1, or those --members cover picks:
+    # nmt-variants 0, 1 and 5), or on no family: refused.
     for bad in (["--family", "cifar10-cells", "--select-members", "0"], ["--family", "cifar10-cells",
-                "--select-members", "x"], ["--graph", "builtin:inception_v3", "--select-members", "5"]):
+                "--select-members", "x"], ["--graph", "builtin:inception_v3", "--select-members", "5"],
+                ["--family", "ptb-cells,nmt-variants", "--members", "cover", "--select-members", "5"]):
         assert main(["train", *bad, "--cluster", "2xK80", "--logdir", str(tmp_path / "y"), "--episodes", "1"]) == 2
         assert "--select-members" in capsys.readouterr().err
     assert not (tmp_path / "y" / "policy").exists()
+
+
+def test_train_members_cover_picks_each_familys_covering_members():
+    args = _parser().parse_args(["train", "--family", "cifar10-cells,nmt-variants", "--members", "cover",
+                                 "--num-graphs", "2", "--cluster", "2xK80", "--logdir", "x", "--episodes", "1"])
+    assert _train_sources(args) == [f"builtin:{family}/{member}" for family in ("cifar10-cells", "nmt-variants")
+                                    for member in sorted(covering_members(family, 2))]
+    args.members = "first"
+    assert _train_sources(args) == [f"builtin:{family}/{member}" for family in ("cifar10-cells", "nmt-variants")
+                                    for member in (0, 1)]
 
 
 def test_simulate_and_place_write_trace_and_gantt(graph_file, tmp_path, capsys):
