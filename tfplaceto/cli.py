@@ -157,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--cluster", action="append", required=True, help="preset (repeatable)")
     train.add_argument("--logdir", required=True, help="checkpoints, TensorBoard summaries, the exported policy")
     train.add_argument("--episodes", type=int, required=True, help="episodes in all (a resumed run counts its own)")
-    train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1)")
+    train.add_argument("--num-graphs", type=int, default=3, help="family members trained on (0 .. N-1 unless --members cover)")
     train.add_argument("--members", choices=("first", "cover"), default="first",
                        help="with --family: which --num-graphs members to train on: first (0 .. N-1, the "
                        "default) or cover (those among 0-49 that cover the family's kinds of member)")
