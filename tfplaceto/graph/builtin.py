@@ -157,8 +157,10 @@ def covering_members(name: str, count: int, candidates: Iterable[int] = range(50
     Greedy: each next member is the candidate whose plan adds the most (choice, value) pairs not
     yet taken, the lowest seed among equals; the first is therefore the lowest candidate. The
     first members of a family need not cover it (nmt-variants members 0-2 all have attention);
-    a policy trained on them sees no member of the kinds they miss. The default candidates,
-    0-49, leave members 50 and above to validate and test on.
+    a policy trained on them sees no member of the kinds they miss. (Trained on covering members
+    instead, the shipped configuration did worse on validation members, those kinds included:
+    docs/RESULTS.md, session 29.) The default candidates, 0-49, leave members 50 and above to
+    validate and test on.
     """
     entry = MODELS.get(name)
     if entry is None or entry.kind != "family":
@@ -167,6 +169,7 @@ def covering_members(name: str, count: int, candidates: Iterable[int] = range(50
     if not 1 <= count <= len(plans):
         raise errors.InvalidArgumentError(
             f"cannot pick {count} members of {name!r} among {len(plans)} candidates")
+
     def pairs(seed: int) -> set:
         return {(key, plans[seed][key]) for key in entry.choices}
 
