@@ -165,7 +165,7 @@ def covering_members(name: str, count: int, candidates: Iterable[int] = range(50
     entry = MODELS.get(name)
     if entry is None or entry.kind != "family":
         raise _unknown(name)
-    plans = {seed: entry.plan(seed) for seed in candidates}
+    plans = {seed: entry.plan(seed) for seed in sorted(set(candidates))}  # lowest first
     if not 1 <= count <= len(plans):
         raise errors.InvalidArgumentError(
             f"cannot pick {count} members of {name!r} among {len(plans)} candidates")
@@ -178,7 +178,7 @@ def covering_members(name: str, count: int, candidates: Iterable[int] = range(50
     for _ in range(count):
         unpicked = [seed for seed in plans if seed not in picked]
         gains = [len(pairs(seed) - taken) for seed in unpicked]
-        best = unpicked[gains.index(max(gains))]  # candidates in order: the lowest among equals
+        best = unpicked[gains.index(max(gains))]  # the lowest seed among equals
         picked.append(best)
         taken |= pairs(best)
     return picked
