@@ -967,3 +967,18 @@ def test_exploration_deviates_to_uniformly_random_allowed_devices_in_collection_
     zero = PlacetoPolicy(*specs(env), network, statics, seed=1, exploration=0.0)
     np.testing.assert_array_equal(zero.action(time_step, ()).action.numpy(),
                                   plain.action(time_step, ()).action.numpy())
+
+
+def test_weight_decay_shrinks_every_weight_by_its_share_of_the_step():
+    from tfplaceto.rl.acting import specs
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    _, env, _, _ = _random_batch(5)
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0)
+    agent = PlacetoAgent(*specs(env), network, as_tensors(pack(env.statics, env.dims)),
+                         learning_rate=0.01, weight_decay=2.0)
+    before = [v.numpy() for v in network.trainable_variables]
+    # Zero gradients leave Adam's own step at zero: what changes is the decay alone, w *= 1 - lr * decay.
+    agent._apply_fn([tf.zeros_like(v) for v in network.trainable_variables])
+    for was, now in zip(before, network.trainable_variables):
+        np.testing.assert_allclose(now.numpy(), was * (1 - 0.01 * 2.0), rtol=1e-5, atol=1e-7)

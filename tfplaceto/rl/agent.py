@@ -157,17 +157,20 @@ class PlacetoAgent(tf_agent.TFAgent):
       seed: seeds the step subsampling and the collect policy's sampling.
       exploration: the collect policy's probability of a uniformly random allowed device
         (`PlacetoPolicy`).
+      weight_decay: decoupled weight decay (AdamW's: each update also shrinks every weight by
+        `learning_rate * weight_decay` of itself; 0: plain Adam).
     """
 
     def __init__(self, time_step_spec, action_spec, network: snt.Module, statics: dict,
                  learning_rate: float = 1e-3, entropy_coefficient: float = 0.01,
                  gradient_clipping: float = 1.0, discount: float = 1.0,
                  max_train_steps: int | None = 1024, seed: int = 0, exploration: float = 0.0,
-                 train_step_counter: tf.Variable | None = None, name: str | None = None):
+                 weight_decay: float = 0.0, train_step_counter: tf.Variable | None = None,
+                 name: str | None = None):
         tf.Module.__init__(self, name=name)
         self._network = network
         self._statics = statics
-        self._optimizer = tf.keras.optimizers.Adam(learning_rate)
+        self._optimizer = tf.keras.optimizers.Adam(learning_rate, weight_decay=weight_decay or None)
         network.warm_up()
         self._optimizer.build(network.trainable_variables)
         self.entropy_coefficient = tf.Variable(entropy_coefficient, trainable=False, dtype=tf.float32,
