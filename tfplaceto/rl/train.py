@@ -340,7 +340,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         times (`PlacementEnvironment`), as the saved policy then acts. Not in train.gin: 2
         validated no better than 1 over four seeds (docs/RESULTS.md, session 26).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay: see
-        PlacetoAgent.
+        PlacetoAgent. weight_decay is not in train.gin: 0.1 validated no better than 0 over four
+        seeds (docs/RESULTS.md, session 30).
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
         own, not `episodes`: a resumed run with a larger budget keeps the same schedule).
