@@ -982,3 +982,25 @@ def test_weight_decay_shrinks_every_weight_by_its_share_of_the_step():
     agent._apply_fn([tf.zeros_like(v) for v in network.trainable_variables])
     for was, now in zip(before, network.trainable_variables):
         np.testing.assert_allclose(now.numpy(), was * (1 - 0.01 * 2.0), rtol=1e-5, atol=1e-7)
+
+
+def test_episode_credit_gives_every_step_its_episodes_whole_return():
+    from tfplaceto.rl.acting import specs
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    _, env, experience, weights = _random_batch(6)
+    improvements = np.array([s["improvement"] for s in env.pop_summaries()])  # (C_0 - C_T) / C_0
+    statics = as_tensors(pack(env.statics, env.dims))
+    rewards, valid = tf.constant(experience.reward, tf.float32), tf.constant(weights)
+
+    def returns(credit):
+        agent = PlacetoAgent(*specs(env), PlacetoNetwork(hidden=8, rounds=2, seed=0), statics, credit=credit)
+        return agent.step_returns(rewards, valid).numpy()
+
+    to_go, episode = returns("to_go"), returns("episode")
+    np.testing.assert_allclose(to_go[:, 0], improvements, rtol=1e-5, atol=1e-6)  # the same at the first step
+    np.testing.assert_allclose(episode, improvements[:, None] * weights, rtol=1e-5, atol=1e-6)
+    # Later steps differ: the return-to-go leaves out the rewards before the step.
+    assert not np.allclose(to_go[:, 1:], episode[:, 1:], atol=1e-4)
+    with pytest.raises(errors.InvalidArgumentError, match="credit"):
+        returns("final")

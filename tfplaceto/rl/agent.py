@@ -12,7 +12,7 @@
 
 Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem, T steps) with
 `weights` [B, T]: 1 on the episodes' steps, 0 on boundaries and padding. Returns are discounted
-returns-to-go. Per-step baseline: b_t = the mean return-to-go at step index t of the *other*
+returns-to-go (or, with `credit="episode"`, every step's return is its whole episode's). Per-step baseline: b_t = the mean return-to-go at step index t of the *other*
 episodes of the batch (leave-one-out: unbiased; the lanes share the problem and the start
 distribution, so they are each other's reference). Advantages are divided by their standard
 deviation. To bound the cost of an update, about `max_train_steps` valid steps (whole groups of
@@ -33,8 +33,10 @@ from tf_agents.policies import greedy_policy, tf_policy
 from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 
+from tfplaceto import errors
 from tfplaceto.policy.network import MASKED_LOGIT
 
+CREDITS = ("to_go", "episode")  # `PlacetoAgent`'s credit
 PlacetoLossInfo = collections.namedtuple(
     "PlacetoLossInfo", ("policy_loss", "entropy", "mean_return", "train_steps"))
 
@@ -153,6 +155,15 @@ class PlacetoAgent(tf_agent.TFAgent):
         variable: the training loop decays it).
       gradient_clipping: global-norm clip of the gradient.
       discount: of the returns-to-go.
+      credit: what each step's return is. "to_go" (the paper's): its return-to-go, the sum of
+        its own and the later rewards, (C_{t-1} - C_T) / C_0. "episode": the whole episode's
+        return, (C_0 - C_T) / C_0, the same for every step of it, so that only the end
+        placement's cost rates an action. Why: from a random start the cost before step t,
+        C_{t-1}, is that of the visited nodes over the random rest of the start, which the
+        episode will place again; the return-to-go carries its noise into every later step's
+        advantage, while the whole return drops it (the lanes of a batch share C_0, so the
+        advantages compare end costs alone). Both are unbiased: the rewards before a step do not
+        depend on its action.
       max_train_steps: about this many steps per update enter the gradient (None: all).
       seed: seeds the step subsampling and the collect policy's sampling.
       exploration: the collect policy's probability of a uniformly random allowed device
@@ -165,9 +176,12 @@ class PlacetoAgent(tf_agent.TFAgent):
                  learning_rate: float = 1e-3, entropy_coefficient: float = 0.01,
                  gradient_clipping: float = 1.0, discount: float = 1.0,
                  max_train_steps: int | None = 1024, seed: int = 0, exploration: float = 0.0,
-                 weight_decay: float = 0.0, train_step_counter: tf.Variable | None = None,
+                 weight_decay: float = 0.0, credit: str = "to_go", train_step_counter: tf.Variable | None = None,
                  name: str | None = None):
         tf.Module.__init__(self, name=name)
+        if credit not in CREDITS:
+            raise errors.InvalidArgumentError(f"credit must be one of {CREDITS}, got {credit!r}")
+        self._credit = credit
         self._network = network
         self._statics = statics
         self._optimizer = tf.keras.optimizers.Adam(learning_rate, weight_decay=weight_decay or None)
@@ -210,6 +224,13 @@ class PlacetoAgent(tf_agent.TFAgent):
         returns = tf.scan(lambda following, r: r + self._discount * following, rewards,
                           initializer=tf.zeros_like(rewards[0]), reverse=True)
         return tf.transpose(returns) * valid
+
+    def step_returns(self, rewards: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+        """Each step's return [B, T] as `credit` says (0 on invalid steps)."""
+        returns = self.returns_to_go(rewards, valid)
+        if self._credit == "episode":  # a row is one episode from its first step: its return
+            returns = returns[:, :1] * valid
+        return returns
 
     @staticmethod
     def baseline(returns: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
@@ -267,7 +288,7 @@ class PlacetoAgent(tf_agent.TFAgent):
         # mostly compare the random rest of two different placements).
         imitated = tf.zeros_like(rewards[:, 0]) if imitation is None else tf.cast(imitation, tf.float32)
         own = valid * tf.cast(tf.equal(imitated, 0.0), tf.float32)[:, None]
-        returns = self.returns_to_go(rewards, valid)
+        returns = self.step_returns(rewards, valid)
         advantages = returns - self.baseline(returns * own, own)
         count = tf.maximum(tf.reduce_sum(own), 1.0)
         std = tf.sqrt(tf.reduce_sum(tf.square(advantages * own)) / count)

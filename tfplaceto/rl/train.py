@@ -322,6 +322,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool | str = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
           average_weights: float = 0.0, problems_per_update: int = 1, weight_decay: float = 0.0,
+          credit: str = "to_go",
           collector: Callable | None = None, reproducible: bool = True) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
@@ -339,8 +340,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         ignored when `network` is given); `passes`: the episodes place every class that many
         times (`PlacementEnvironment`), as the saved policy then acts. Not in train.gin: 2
         validated no better than 1 over four seeds (docs/RESULTS.md, session 26).
-      learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay: see
-        PlacetoAgent. weight_decay is not in train.gin: 0.1 validated no better than 0 over four
+      learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay,
+        credit: see PlacetoAgent. weight_decay is not in train.gin: 0.1 validated no better than 0 over four
         seeds (docs/RESULTS.md, session 30).
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
@@ -401,7 +402,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                              entropy_coefficient=entropy_coefficient, gradient_clipping=gradient_clipping,
                              discount=discount, max_train_steps=max_train_steps, seed=seed,
-                             exploration=exploration, weight_decay=weight_decay)
+                             exploration=exploration, weight_decay=weight_decay, credit=credit)
         policy = CompiledPyPolicy(agent.collect_policy, lanes)
         decay = max(entropy_decay_episodes, 1)
         best = [Best() for _ in problems]
