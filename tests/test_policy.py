@@ -7,6 +7,7 @@ import tensorflow as tf
 import tfplaceto as tp
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy import features as F
+from tfplaceto.policy.checkpoint import load_policy, save_policy
 from tfplaceto.policy.network import MASKED_LOGIT, PlacetoNetwork
 from tfplaceto.policy.observation import (
     Dims,
@@ -220,3 +221,36 @@ def test_on_a_later_pass_the_placed_view_also_sees_the_class_own_device_and_coun
     assert first[:, 0].tolist() == [0, 0, 0, 0, 0] and second[:, 0].tolist() == [0, 0, 1, 0, 0]
     np.testing.assert_array_equal(first[:, 1:], second[:, 1:])  # its memory counted once (column 2)
     assert first[:, 2].max() > 0
+
+
+def test_transfer_costs_price_every_edge_and_the_class_outputs_whatever_the_view_shows(tmp_path):
+    # a (the current class) sends 12 kB to b and 4 kB to c; in the placed view, before anything
+    # is visited, the other features price none of it; the transfer-cost columns do.
+    problem = diamond_problem("2xV100")
+    statics = graph_statics(problem)
+    packed, obs = _observation(problem, step=0, placement=np.array([0, 1, 0, 1], np.int32))
+    plain = F.compute_features(packed, obs, "placed")
+    priced = F.compute_features(packed, obs, "placed", transfer_costs=True)
+    assert priced.edges.shape[-1] == F.widths(True)["edge"] == plain.edges.shape[-1] + 1
+    assert priced.devices.shape[-1] == F.widths(True)["device"] == plain.devices.shape[-1] + 1
+    np.testing.assert_array_equal(priced.devices.numpy()[..., :-1], plain.devices.numpy())
+    assert plain.devices.numpy()[0, :, 5].tolist() == [0, 0, 0]  # "send": its consumers are not seen
+    latency, bandwidth, scale = problem.cluster.latency, problem.cluster.bandwidth, statics.time_scale
+    d = problem.num_devices
+    others = [[o for o in range(d) if o != device] for device in range(d)]
+    send = [np.mean([2 * latency[device, o] + 16000 / bandwidth[device, o] for o in others[device]]) / scale
+            for device in range(d)]
+    np.testing.assert_allclose(priced.devices.numpy()[0, :d, -1], send, rtol=1e-4)
+    pairs = [(i, j) for i in range(d) for j in range(d) if i != j]
+    for e, nbytes in enumerate(statics.edge_bytes):
+        cross = (np.mean([latency[i, j] for i, j in pairs]) + nbytes * np.mean([1 / bandwidth[i, j] for i, j in pairs]))
+        assert priced.edges.numpy()[0, e, -1] == pytest.approx(min(cross / scale, F.CLIP), rel=1e-4)
+    # A network with them scores with them and is saved and loaded as such.
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0, view="placed", transfer_costs=True)
+    logits = network(packed, obs).numpy()
+    save_policy(network, str(tmp_path / "policy"))
+    loaded = load_policy(str(tmp_path / "policy"))
+    assert loaded.feature_widths == F.widths(True) and loaded.config["transfer_costs"]
+    np.testing.assert_allclose(loaded(packed, obs).numpy(), logits, rtol=1e-5)
+    assert PlacetoNetwork().feature_widths == {"node": F.NODE_FEATURES, "edge": F.EDGE_FEATURES,
+                                               "device": F.DEVICE_FEATURES}

@@ -19,13 +19,11 @@ import os
 
 from tfplaceto import errors
 from tfplaceto.outputs import atomic_directory
-from tfplaceto.policy import features as F
 from tfplaceto.policy.network import PlacetoNetwork
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 _CONFIG = "policy.json"
 _WEIGHTS = "weights"
-_FEATURES = {"node": F.NODE_FEATURES, "edge": F.EDGE_FEATURES, "device": F.DEVICE_FEATURES}
 
 
 SAVED_POLICY = "saved_policy"
@@ -41,7 +39,7 @@ def save_policy(network, directory: str, notes: dict | None = None, saver=None) 
     with atomic_directory(directory) as tmp:
         tf.train.Checkpoint(network=network).write(os.path.join(tmp, _WEIGHTS))
         with open(os.path.join(tmp, _CONFIG), "w") as f:
-            json.dump({"network": network.config, "features": _FEATURES, "notes": notes or {}}, f, indent=1)
+            json.dump({"network": network.config, "features": network.feature_widths, "notes": notes or {}}, f, indent=1)
         if saver is not None:
             _export_saved_policy(saver, os.path.join(tmp, SAVED_POLICY))
 
@@ -88,11 +86,15 @@ def load_policy(directory: str | None = None):
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise errors.PolicyError(f"the policy in {directory} is corrupted ({_CONFIG}: "
                                  f"{errors.first_line(e)}); train or copy it again") from None
-    if features != _FEATURES:
-        raise errors.PolicyError(f"the policy in {directory} was trained on other features "
-                                 f"({features}; this version has {_FEATURES}); retrain it")
     try:
         network = PlacetoNetwork(**network_config)
+    except (TypeError, errors.InvalidArgumentError) as e:
+        raise errors.PolicyError(f"the policy in {directory} has a network config this version cannot "
+                                 f"build ({errors.first_line(e)}); retrain it") from None
+    if features != network.feature_widths:
+        raise errors.PolicyError(f"the policy in {directory} was trained on other features "
+                                 f"({features}; this version has {network.feature_widths}); retrain it")
+    try:
         network.warm_up()
         tf.train.Checkpoint(network=network).read(os.path.join(directory, _WEIGHTS)).assert_consumed()
     except (tf.errors.OpError, ValueError, TypeError, AssertionError) as e:

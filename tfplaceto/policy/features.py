@@ -3,7 +3,8 @@ observations (TensorFlow), from the packed statics. The numpy side (observation 
 GraphStatics, `pack`, the observation itself) is `observation.py`.
 
   NODE_FEATURES, EDGE_FEATURES, DEVICE_FEATURES   the width of each kind of feature (the network's
-                     input sizes; a policy directory records them).
+                     input sizes), and `widths`: with `transfer_costs`' columns or without (what a
+                     policy directory records).
   Features           the tensors the network reads (batch, node, edge and device slots).
   compute_features   Features of a batch of observations: gathers each observation's problem
                      from the packed statics by its PROBLEM index, then the dynamic features.
@@ -57,9 +58,18 @@ from tfplaceto.policy.observation import (
 NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
 DEVICE_FEATURES = 17
+TRANSFER_COST_FEATURES = {"edge": 1, "device": 1}  # the columns `transfer_costs` adds
 CLIP = 10.0
 VIEWS = ("full", "placed", "scheduled")
 SCHEDULE_OF = {"full": "placement", "placed": "placement", "scheduled": "visited"}
+
+
+def widths(transfer_costs: bool = False) -> dict[str, int]:
+    """The width of each kind of feature (what a policy directory records), with or without
+    the `transfer_costs` columns."""
+    return {"node": NODE_FEATURES,
+            "edge": EDGE_FEATURES + TRANSFER_COST_FEATURES["edge"] * transfer_costs,
+            "device": DEVICE_FEATURES + TRANSFER_COST_FEATURES["device"] * transfer_costs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +90,10 @@ class Features:
     action_mask: object  # (B, D) bool
 
 
-def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
+def compute_features(statics: dict, obs: dict, view: str = "full", transfer_costs: bool = False) -> Features:
     """Node, edge and (class, device) features of a batch of observations (TensorFlow) as `view`
-    sees them (module docstring: "full", "placed" or "scheduled").
+    sees them (module docstring: "full", "placed" or "scheduled"), with `transfer_costs` one
+    column more of edges and of devices.
 
     Node features: the static ones (fastest compute / max and / scale, output bytes, persistent
     bytes / max and / memory, top and bottom level, log degree), then start relative to the
@@ -95,6 +106,13 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     slowdown on d, d is its fastest, byte shares of its inputs / outputs on d, compute of the
     visited nodes on d (relative to a fair share; "placed": of the visited nodes that may run at
     the same time as the class), d allowed, the step time, the number of devices.
+    `transfer_costs`: what a tensor costs to move whatever the placement: every edge's transfer
+    time between two distinct devices (the pairs' mean), and per device, the seconds to send the
+    class's outputs from d to another device. Why: the other features price an edge only once
+    the view shows both its ends on devices; with "placed" in topological order that is never
+    the case for the class's outputs (its consumers are not yet visited), so a policy sees what
+    leaving its inputs' device costs, but not what its consumers pay to come back (a split's
+    other half).
     """
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
@@ -167,8 +185,10 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     # (the device features below price the class's own edges to and from every device alike).
     transfer = (entry(latency) + nbytes * entry(inverse_bandwidth)) * seen_receivers
     crosses = 1.0 - seen_senders * seen_receivers * tf.cast(tf.equal(sender_device, receiver_device), tf.float32)
-    edges = tf.stack([static("edge_bytes"), crosses * edge_mask,
-                      tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask], -1)
+    edge_columns = [static("edge_bytes"), crosses * edge_mask, tf.clip_by_value(transfer, 0.0, CLIP) * edge_mask]
+    if transfer_costs:
+        edge_columns.append(tf.clip_by_value(static("edge_cross"), 0.0, CLIP) * edge_mask)
+    edges = tf.stack(edge_columns, -1)
 
     # -- nodes
     sender_current = tf.gather(current, senders, batch_dims=1)
@@ -243,7 +263,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
     visited_compute = tf.einsum("bn,bnd->bd", counted * fastest, on_device)
     fair_share = tf.maximum(tf.reduce_sum(fastest * node_mask, -1, keepdims=True) / devices_f, 1e-9)
     per_device = tf.ones_like(allowed_f)
-    devices = tf.stack([
+    device_columns = [
         current_onehot,
         tf.clip_by_value(busy, 0.0, CLIP),
         tf.clip_by_value(peak, 0.0, CLIP),
@@ -260,7 +280,13 @@ def compute_features(statics: dict, obs: dict, view: str = "full") -> Features:
         per_device * tf.clip_by_value(step_time, 0.0, CLIP)[:, None],
         per_device * tf.math.log(devices_f),  # (B, 1) broadcast
         per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
-    ], -1) * allowed_f[..., None]
+    ]
+    if transfer_costs:  # the class's outputs sent from d to another device, wherever they go
+        out_count = tf.reduce_sum(out_mask, -1, keepdims=True)
+        out_transfer = tf.reduce_sum(out_mask * at_edges("transfer_bytes", out_edges), -1, keepdims=True)
+        device_columns.append(tf.clip_by_value(
+            out_count * static("latency_from") + out_transfer * static("inverse_bandwidth_from"), 0.0, CLIP))
+    devices = tf.stack(device_columns, -1) * allowed_f[..., None]
     return Features(nodes=nodes, edges=edges, senders=senders, receivers=receivers,
                     node_mask=node_mask, current=current, ancestors=ancestors,
                     descendants=descendants, placement=placement, seen=seen, devices=devices,

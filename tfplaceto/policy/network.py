@@ -189,8 +189,8 @@ def _batched_graph(features: F.Features) -> graphs.GraphsTuple:
     e = tf.shape(features.senders)[1]
     offsets = (tf.range(batch, dtype=tf.int32) * n)[:, None]
     return graphs.GraphsTuple(
-        nodes=tf.reshape(nodes, [-1, F.NODE_FEATURES]),
-        edges=tf.reshape(features.edges, [-1, F.EDGE_FEATURES]),
+        nodes=tf.reshape(nodes, [-1, nodes.shape[-1]]),
+        edges=tf.reshape(features.edges, [-1, features.edges.shape[-1]]),
         senders=tf.reshape(features.senders + offsets, [-1]),
         receivers=tf.reshape(features.receivers + offsets, [-1]),
         globals=None, n_node=tf.fill([batch], n), n_edge=tf.fill([batch], e))
@@ -220,11 +220,13 @@ class PlacetoNetwork(snt.Module):
       passes: how many times an episode of this policy places each class
         (`PlacementEnvironment(passes=...)`): not a part of the network, but of how it acts, so
         saved with it like `view` (a policy saved without it made one pass).
+      transfer_costs: the network also sees what moving a tensor off a device costs whatever
+        the placement (`features.compute_features`): one edge and one device feature more.
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
-                 name: str = "placeto_network"):
+                 transfer_costs: bool = False, name: str = "placeto_network"):
         super().__init__(name=name)
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
@@ -233,7 +235,8 @@ class PlacetoNetwork(snt.Module):
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
             raise errors.InvalidArgumentError(f"passes must be an integer >= 1, got {passes!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
-                        "view": view, "nodes_on_device": nodes_on_device, "passes": passes}
+                        "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
+                        "transfer_costs": bool(transfer_costs)}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -268,13 +271,22 @@ class PlacetoNetwork(snt.Module):
         schedule its view reads (`features.SCHEDULE_OF`)."""
         return {"passes": self.passes, "schedule": F.SCHEDULE_OF[self._config["view"]]}
 
+    @property
+    def feature_widths(self) -> dict[str, int]:
+        """The widths of the features this network reads (`features.widths`)."""
+        return F.widths(self._config["transfer_costs"])
+
+    def features(self, statics: dict, observation: dict) -> F.Features:
+        """The features this network reads of a batch of observations (its view, its columns)."""
+        return F.compute_features(statics, observation, self._config["view"], self._config["transfer_costs"])
+
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
         return self.score(statics, observation, self.embed(statics, observation))
 
     def embed(self, statics: dict, observation: dict) -> tf.Tensor:
         """Node embeddings (B, N, H) of a batch of observations: the message passing (the
         expensive part, which `score` can reuse for the next few steps of an episode)."""
-        features = F.compute_features(statics, observation, self._config["view"])
+        features = self.features(statics, observation)
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
         # Residual rounds grow the embeddings' scale with depth: normalized before pooling.
@@ -289,7 +301,7 @@ class PlacetoNetwork(snt.Module):
         observation's own (class, device) features. `embeddings` is (B, N, H), one row per
         observation, or (G, N, H) with B = G * k: row g for observations g*k .. g*k + k - 1
         (the loss scores the steps of one `embed` together without copying it per step)."""
-        features = F.compute_features(statics, observation, self._config["view"])
+        features = self.features(statics, observation)
         context = self._pooling(embeddings, features)
         self._built = True
         return self._scorer(context, embeddings, features)

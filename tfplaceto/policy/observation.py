@@ -273,6 +273,12 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         "device_mask": np.zeros((p, d), np.float32),
         "inverse_bandwidth": np.zeros((p, d, d), np.float32),  # time scale^-1 bytes^-1 s... see below
         "latency": np.zeros((p, d, d), np.float32),  # / time scale
+        # What moving a tensor off a device costs, whatever the placement: per edge, its transfer
+        # time between two distinct devices (the mean over the pairs) / time scale; per device,
+        # the mean latency / scale and inverse bandwidth (as above) to the other devices.
+        "edge_cross": np.zeros((p, e), np.float32),
+        "latency_from": np.zeros((p, d), np.float32),
+        "inverse_bandwidth_from": np.zeros((p, d), np.float32),
     }
     for i, st in enumerate(statics):
         nn, ee, dd, ss = st.num_nodes, len(st.senders), st.num_devices, st.num_steps
@@ -308,6 +314,12 @@ def pack(statics: Sequence[GraphStatics], dims: Dims) -> dict[str, np.ndarray]:
         latency = st.latency.copy()
         np.fill_diagonal(latency, 0.0)
         out["latency"][i, :dd, :dd] = latency / scale
+        if dd > 1:
+            other = ~np.eye(dd, dtype=bool)
+            out["latency_from"][i, :dd] = latency.sum(1) / (dd - 1) / scale
+            out["inverse_bandwidth_from"][i, :dd] = inverse.sum(1) / (dd - 1) / scale
+            out["edge_cross"][i, :ee] = (latency[other].mean() + out["transfer_bytes"][i, :ee]
+                                         * inverse[other].mean()) / scale
     return out
 
 
