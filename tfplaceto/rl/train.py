@@ -336,13 +336,16 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       initial, order, oom_penalty, shared_start, prioritize: see PlacementEnvironment (the
         paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
         uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
-      hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs: the network (`PlacetoNetwork`;
-        ignored when `network` is given); `passes`: the episodes place every class that many
-        times (`PlacementEnvironment`), as the saved policy then acts. Not in train.gin: 2
-        validated no better than 1 over four seeds (docs/RESULTS.md, session 26).
+      hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs: the network
+        (`PlacetoNetwork`; ignored when `network` is given); `passes`: the episodes place every
+        class that many times (`PlacementEnvironment`), as the saved policy then acts. Not in
+        train.gin: passes 2 validated no better than 1 over four seeds (docs/RESULTS.md, session
+        26), nor transfer_costs over three (better on cifar10-cells, worse on nmt-variants;
+        session 31).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay,
-        credit: see PlacetoAgent. weight_decay is not in train.gin: 0.1 validated no better than 0 over four
-        seeds (docs/RESULTS.md, session 30).
+        credit: see PlacetoAgent. Not in train.gin: weight_decay 0.1 validated no better than 0
+        over four seeds (docs/RESULTS.md, session 30), nor credit "episode" over three (session
+        31).
       entropy_coefficient, final_entropy_coefficient, entropy_decay_episodes: the entropy bonus
         decays linearly from the first to the second over that many episodes (a number of its
         own, not `episodes`: a resumed run with a larger budget keeps the same schedule).
