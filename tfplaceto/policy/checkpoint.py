@@ -39,7 +39,8 @@ def save_policy(network, directory: str, notes: dict | None = None, saver=None) 
     with atomic_directory(directory) as tmp:
         tf.train.Checkpoint(network=network).write(os.path.join(tmp, _WEIGHTS))
         with open(os.path.join(tmp, _CONFIG), "w") as f:
-            json.dump({"network": network.config, "features": network.feature_widths, "notes": notes or {}}, f, indent=1)
+            json.dump({"network": network.config, "features": network.feature_widths, "notes": notes or {}},
+                      f, indent=1)
         if saver is not None:
             _export_saved_policy(saver, os.path.join(tmp, SAVED_POLICY))
 

@@ -12,12 +12,13 @@
 
 Experience is a `Trajectory` of shape [B, T] (B lockstep episodes of one problem, T steps) with
 `weights` [B, T]: 1 on the episodes' steps, 0 on boundaries and padding. Returns are discounted
-returns-to-go (or, with `credit="episode"`, every step's return is its whole episode's). Per-step baseline: b_t = the mean return-to-go at step index t of the *other*
-episodes of the batch (leave-one-out: unbiased; the lanes share the problem and the start
-distribution, so they are each other's reference). Advantages are divided by their standard
-deviation. To bound the cost of an update, about `max_train_steps` valid steps (whole groups of
-steps scored from one embedding, sampled uniformly, seeded) enter the gradient: an unbiased
-estimate of the full-batch mean; a group costs one `embed` and one cheap `score` per step.
+returns-to-go (with `credit="episode"`, every step's return is its whole episode's). Per-step
+baseline: b_t = the mean return at step index t of the *other* episodes of the batch
+(leave-one-out: unbiased; the lanes share the problem and the start distribution, so they are
+each other's reference). Advantages are divided by their standard deviation. To bound the cost
+of an update, about `max_train_steps` valid steps (whole groups of steps scored from one
+embedding, sampled uniformly, seeded) enter the gradient: an unbiased estimate of the full-batch
+mean; a group costs one `embed` and one cheap `score` per step.
 `variables_to_checkpoint()` is what `tf.train.Checkpoint` should track to resume training.
 """
 
@@ -176,8 +177,8 @@ class PlacetoAgent(tf_agent.TFAgent):
                  learning_rate: float = 1e-3, entropy_coefficient: float = 0.01,
                  gradient_clipping: float = 1.0, discount: float = 1.0,
                  max_train_steps: int | None = 1024, seed: int = 0, exploration: float = 0.0,
-                 weight_decay: float = 0.0, credit: str = "to_go", train_step_counter: tf.Variable | None = None,
-                 name: str | None = None):
+                 weight_decay: float = 0.0, credit: str = "to_go",
+                 train_step_counter: tf.Variable | None = None, name: str | None = None):
         tf.Module.__init__(self, name=name)
         if credit not in CREDITS:
             raise errors.InvalidArgumentError(f"credit must be one of {CREDITS}, got {credit!r}")
@@ -234,7 +235,7 @@ class PlacetoAgent(tf_agent.TFAgent):
 
     @staticmethod
     def baseline(returns: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        """Leave-one-out mean return-to-go at each step index over the batch's episodes [B, T]."""
+        """Leave-one-out mean return at each step index over the batch's episodes [B, T]."""
         total = tf.reduce_sum(returns, axis=0, keepdims=True)
         count = tf.reduce_sum(valid, axis=0, keepdims=True)
         others = tf.maximum(count - valid, 1.0)
