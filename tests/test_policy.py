@@ -8,7 +8,7 @@ import tfplaceto as tp
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy import features as F
 from tfplaceto.policy.checkpoint import load_policy, save_policy
-from tfplaceto.policy.network import MASKED_LOGIT, PlacetoNetwork
+from tfplaceto.policy.network import MASKED_LOGIT, DeviceScorer, PlacetoNetwork
 from tfplaceto.policy.observation import (
     Dims,
     dims_for,
@@ -254,3 +254,45 @@ def test_transfer_costs_price_every_edge_and_the_class_outputs_whatever_the_view
     np.testing.assert_allclose(loaded(packed, obs).numpy(), logits, rtol=1e-5)
     assert PlacetoNetwork().feature_widths == {"node": F.NODE_FEATURES, "edge": F.EDGE_FEATURES,
                                                "device": F.DEVICE_FEATURES}
+
+
+def _scorer_logits(scorer, devices, mask):
+    """A `DeviceScorer`'s logits of one observation with these device features (B=1)."""
+    features = F.Features(nodes=None, edges=None, senders=None, receivers=None, node_mask=None,
+                          current=None, ancestors=None, descendants=None, placement=None, seen=None,
+                          devices=tf.constant(devices[None], tf.float32),
+                          action_mask=tf.constant(mask[None]))
+    context = tf.constant(np.linspace(-1.0, 1.0, 8)[None], tf.float32)
+    return scorer(context, tf.zeros([1, 3, 4]), features).numpy()[0]
+
+
+def test_device_context_scores_each_device_beside_the_others_and_is_saved_with_the_policy(tmp_path):
+    rng = np.random.default_rng(0)
+    devices = rng.uniform(0.0, 1.0, (4, F.DEVICE_FEATURES))
+    mask = np.array([True, True, True, False])
+    together = DeviceScorer(8, np.random.default_rng(1), nodes_on_device=False, device_context=True)
+    alone = DeviceScorer(8, np.random.default_rng(1), nodes_on_device=False)
+    changed = devices.copy()
+    changed[2] += 1.0  # another device's features change; device 0's own do not
+    for scorer, interacts in ((together, True), (alone, False)):
+        before, after = _scorer_logits(scorer, devices, mask), _scorer_logits(scorer, changed, mask)
+        assert before[3] == after[3] == MASKED_LOGIT
+        assert (abs(before[0] - after[0]) > 1e-4) == interacts
+        # Devices have no identity: permuting them permutes their logits.
+        order = np.array([2, 0, 1, 3])
+        np.testing.assert_allclose(_scorer_logits(scorer, devices[order], mask[order]), before[order],
+                                   rtol=1e-5, atol=1e-6)
+    # A disallowed device's features do not reach the allowed ones' logits.
+    hidden_change = devices.copy()
+    hidden_change[3] += 5.0
+    np.testing.assert_allclose(_scorer_logits(together, hidden_change, mask)[:3],
+                               _scorer_logits(together, devices, mask)[:3], rtol=1e-6)
+    # A network with it is saved and loaded as such, and scores as it did.
+    problem = diamond_problem("2xV100")
+    packed, obs = _observation(problem, step=1, placement=np.array([0, 1, 0, 1], np.int32))
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0, view="placed", device_context=True)
+    logits = network(packed, obs).numpy()
+    save_policy(network, str(tmp_path / "policy"))
+    loaded = load_policy(str(tmp_path / "policy"))
+    assert loaded.config["device_context"] and not PlacetoNetwork().config["device_context"]
+    np.testing.assert_allclose(loaded(packed, obs).numpy(), logits, rtol=1e-5)

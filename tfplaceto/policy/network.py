@@ -157,13 +157,25 @@ class DeviceScorer(snt.Module):
     Without it, though, the placed view's scorer does not single out the classes a split moves:
     cloning m-SCT's placement of cifar10-cells/0 on its own replay path (supervised only, 400
     updates) left 13-18 of its 177 steps wrong, the ones that leave their inputs' device; with the
-    embedding over the visited nodes, 9 after 250 updates and falling (issue 18)."""
+    embedding over the visited nodes, 9 after 250 updates and falling (issue 18).
+
+    `device_context=True`: the devices are scored together rather than each alone (Deep Sets):
+    the MLP's first layer is computed per device as before, and its second sees that layer's
+    output beside its difference from the mean and from the maximum over the allowed devices.
+    Why: scored alone, a device's logit depends on its own features only, so "this device is the
+    least loaded" or "every other device is idle" (whether a split pays) can enter only as the
+    softmax's comparison of independent utilities."""
 
     def __init__(self, hidden: int, rng: np.random.Generator, nodes_on_device: bool = True,
-                 name: str = "device_scorer"):
+                 device_context: bool = False, name: str = "device_scorer"):
         super().__init__(name=name)
         self._nodes_on_device = nodes_on_device
-        self._mlp = _mlp([hidden, hidden, 1], rng, "mlp")
+        self._device_context = device_context
+        if device_context:
+            self._first = _mlp([hidden], rng, "first", activate_final=True)
+            self._mlp = _mlp([hidden, 1], rng, "mlp")
+        else:
+            self._mlp = _mlp([hidden, hidden, 1], rng, "mlp")
         self._linear = snt.Linear(1, w_init=snt.initializers.Zeros(), name="linear")
 
     def __call__(self, context: tf.Tensor, embeddings: tf.Tensor, features: F.Features) -> tf.Tensor:
@@ -178,6 +190,13 @@ class DeviceScorer(snt.Module):
             device_nodes = tf.zeros([tf.shape(devices)[0], num_devices, embeddings.shape[-1]])
         tiled = tf.tile(context[:, None, :], tf.stack([1, num_devices, 1]))
         inputs = tf.concat([tiled, devices, device_nodes], axis=-1)
+        if self._device_context:
+            hidden = self._first(inputs)  # (B, D, H), >= 0
+            allowed = tf.cast(features.action_mask, tf.float32)[..., None]  # (B, D, 1)
+            mean = tf.reduce_sum(hidden * allowed, 1, keepdims=True) / tf.maximum(
+                tf.reduce_sum(allowed, 1, keepdims=True), 1.0)
+            maximum = tf.reduce_max(hidden * allowed, 1, keepdims=True)
+            inputs = tf.concat([hidden, hidden - mean, hidden - maximum], axis=-1)
         logits = tf.squeeze(self._mlp(inputs) + self._linear(devices), -1)
         return tf.where(features.action_mask, logits, MASKED_LOGIT)
 
@@ -222,11 +241,12 @@ class PlacetoNetwork(snt.Module):
         saved with it like `view` (a policy saved without it made one pass).
       transfer_costs: the network also sees what moving a tensor off a device costs whatever
         the placement (`features.compute_features`): one edge and one device feature more.
+      device_context: the scorer scores the devices together (`DeviceScorer`).
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
-                 transfer_costs: bool = False, name: str = "placeto_network"):
+                 transfer_costs: bool = False, device_context: bool = False, name: str = "placeto_network"):
         super().__init__(name=name)
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
@@ -236,7 +256,7 @@ class PlacetoNetwork(snt.Module):
             raise errors.InvalidArgumentError(f"passes must be an integer >= 1, got {passes!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
-                        "transfer_costs": bool(transfer_costs)}
+                        "transfer_costs": bool(transfer_costs), "device_context": bool(device_context)}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -245,7 +265,7 @@ class PlacetoNetwork(snt.Module):
         self._normalize = snt.LayerNorm(-1, create_scale=True, create_offset=True, name="normalize")
         self._pooling = ContextPooling(hidden, rng)
         self._scorer = DeviceScorer(hidden, rng, nodes_on_device=view == "full" if nodes_on_device is None
-                                    else nodes_on_device)
+                                    else nodes_on_device, device_context=device_context)
         self._built = False
 
     @property
