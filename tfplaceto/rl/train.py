@@ -339,9 +339,10 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs,
         device_context: the network (`PlacetoNetwork`; ignored when `network` is given);
         `passes`: the episodes place every class that many times (`PlacementEnvironment`), as
-        the saved policy then acts. Not in train.gin: passes 2 validated no better than 1 over four seeds (docs/RESULTS.md, session
-        26), nor transfer_costs over three (better on cifar10-cells, worse on nmt-variants;
-        session 31).
+        the saved policy then acts. Not in train.gin: passes 2 validated no better than 1 over
+        four seeds (docs/RESULTS.md, session 26), nor transfer_costs over three (better on
+        cifar10-cells, worse on nmt-variants; session 31), nor device_context over three
+        (session 32).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay,
         credit: see PlacetoAgent. Not in train.gin: weight_decay 0.1 validated no better than 0
         over four seeds (docs/RESULTS.md, session 30), nor credit "episode" over three (session
