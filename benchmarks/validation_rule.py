@@ -69,7 +69,8 @@ def main() -> None:
             others[tag] = r
     if args.command not in runs:
         raise SystemExit(f"no runs of {args.command!r} in {args.docs}")
-    command = {seed: r.mean() for seed, r in runs.pop(args.command).items()}
+    command_runs = runs.pop(args.command)
+    command = {seed: r.mean() for seed, r in command_runs.items()}
     values = np.array(list(command.values()))
     center, spread = values.mean(), values.std(ddof=1)
     print(f"the command ({args.command}), {len(values)} seeds: "
@@ -94,9 +95,8 @@ def main() -> None:
     # "bias..." runs are a trained run decoded with a co-location bias: a diagnostic outside the
     # package (docs/RESULTS.md, session 30), not a policy the package can ship.
     ranked = [(int((r > args.tail).sum()), r.mean(), r.max(), f"{v}_seed{s}")
-              for v, by_seed in runs.items() if not v.startswith("bias") for s, r in by_seed.items()]
-    ranked += [(int((r > args.tail).sum()), r.mean(), r.max(), f"{args.command}_seed{s}")
-               for s, r in ((s, ratios(args.docs, f"{args.command}_seed{s}")) for s in command)]
+              for v, by_seed in {**runs, args.command: command_runs}.items() if not v.startswith("bias")
+              for s, r in by_seed.items()]
     print(f"\nthe rule (no row over {args.tail}x first, then the lowest mean); trained runs only, first 10:")
     for over, mean, worst, tag in sorted(ranked)[:10]:
         print(f"  {tag:28s} rows over {args.tail}x: {over}  mean {mean:.3f}  worst {worst:.3f}")
