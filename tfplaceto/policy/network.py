@@ -22,6 +22,8 @@ seed fixes the network independently of TensorFlow's global random state.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import sonnet as snt
 import tensorflow as tf
@@ -272,6 +274,15 @@ class PlacetoNetwork(snt.Module):
     def config(self) -> dict:
         """The constructor's arguments (a plain dict: what a saved policy records)."""
         return dict(self._config)
+
+    @classmethod
+    def completed_config(cls, config: dict) -> dict:
+        """A recorded config with the constructor's defaults for the arguments it lacks: a network
+        recorded before an argument existed was built as its default says (before `view`,
+        "full"; before `passes`, one pass; ...), so this is its `config` today."""
+        defaults = {name: parameter.default for name, parameter in inspect.signature(cls.__init__).parameters.items()
+                    if name not in ("self", "name")}
+        return {**defaults, **config}
 
     @property
     def hidden(self) -> int:

@@ -80,12 +80,7 @@ def open_logdir(logdir: str, checkpoint, problems: Sequence[Problem], network: P
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise errors.CheckpointError(f"{state_path} is corrupted ({errors.first_line(e)}); remove the logdir "
                                      "to start again") from None
-    # A run saved before networks had a view saw everything: "full"; before `nodes_on_device`, as
-    # its view said (None); before `passes`, one pass; before `transfer_costs` and
-    # `device_context`, without them.
-    if (saved != problem_fingerprints(problems)
-            or {"view": "full", "nodes_on_device": None, "passes": 1, "transfer_costs": False,
-                "device_context": False, **config} != network.config):
+    if saved != problem_fingerprints(problems) or PlacetoNetwork.completed_config(config) != network.config:
         raise errors.CheckpointError(f"{logdir} holds a run on other graphs, clusters or another network; "
                                      "use a new logdir (or the same ones to resume)")
     try:
