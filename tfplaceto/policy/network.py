@@ -279,7 +279,8 @@ class PlacetoNetwork(snt.Module):
     def completed_config(cls, config: dict) -> dict:
         """A recorded config with the constructor's defaults for the arguments it lacks: a network
         recorded before an argument existed was built as its default says (before `view`,
-        "full"; before `passes`, one pass; ...), so this is its `config` today."""
+        "full"; before `passes`, one pass; ...), so this is its `config` today. Hence a new
+        argument's default must be what networks did before it existed."""
         defaults = {name: parameter.default for name, parameter in inspect.signature(cls.__init__).parameters.items()
                     if name not in ("self", "name")}
         return {**defaults, **config}
