@@ -8,15 +8,16 @@ policy it makes is judged like every other, by `benchmarks/generalization.py --p
    hill-climbed (`search.polish`, at most `--climb-s` seconds); with `--run LOGDIR` instead, the
    best placement that training run found for each of its own problems (its state.json: members
    0-2). Each teacher is replayed as one episode from a random start (the environment's
-   observations at fixed padded sizes, `DIMS`) and pickled to DIR with the problem's statics, so
+   observations at fixed padded sizes, `dims()`) and pickled to DIR with the problem's statics, so
    the second step builds no graph: importing a family member leaks memory in TensorFlow (~0.3 GB
    for an nmt-variants member, not returned on `del`), so one process cannot import a few hundred;
    run one process per few members.
 2. `--policy DIR --out OUT`: the policy's weights are trained to clone every pickled teacher
    (behaviour cloning: the negative log-likelihood of the teacher's device at every step, the
    mean over `--per-update` teachers an update, Adam at `--lr`), `--updates` updates; the
-   policy is saved to OUT_uN every `--save-every` updates. `--policy untrained` clones into fresh
-   weights of the shipped configuration: what cloning alone makes, with no reinforcement learning.
+   policy is saved to OUT_uN every `--save-every` updates and at the end. `--policy untrained`
+   clones into fresh weights of the shipped configuration: what cloning alone makes, with no
+   reinforcement learning.
 
 No episode of the policy is sampled: the replays are the teachers' own, and a teacher costs its
 baselines and climb on the simulator. Run:
