@@ -70,6 +70,7 @@ def teach(members: str, cache: str, run: str | None, climb_s: float) -> None:
                     continue
                 began = time.perf_counter()
                 baseline = search.best_baseline(problem, 0)
+                baseline_s = baseline.step_time_s
                 if state is not None:
                     fingerprint = problem_fingerprints([problem])[0]
                     if fingerprint not in state["fingerprints"]:
@@ -77,12 +78,11 @@ def teach(members: str, cache: str, run: str | None, climb_s: float) -> None:
                     index = state["fingerprints"].index(fingerprint)
                     target, kind = np.array(state["best"][index]["placement"]), "run best"
                 else:
-                    found = search.best_baseline(problem, 0)
-                    climbed = search.polish(problem, found.placement, np.random.default_rng(0),
+                    climbed = search.polish(problem, baseline.placement, np.random.default_rng(0),
                                             deadline=time.perf_counter() + climb_s)
-                    search.offer(problem, found, climbed)
-                    target, kind = np.asarray(found.placement), "climbed"
-                ratio = problem.simulator().run(target)[0] / baseline.step_time_s
+                    search.offer(problem, baseline, climbed)  # the better of the two
+                    target, kind = np.asarray(baseline.placement), "climbed"
+                ratio = problem.simulator().run(target)[0] / baseline_s
                 statics = PlacementEnvironment(problem, dims=dims()).statics[0]
                 start = rng.integers(0, problem.allowed.shape[1], statics.num_nodes)
                 nodes = np.arange(statics.num_nodes)
