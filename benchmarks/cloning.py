@@ -52,6 +52,7 @@ def dims():
 def teach(members: str, cache: str, run: str | None, climb_s: float) -> None:
     """Step 1 (module docstring): one pickle per problem of `members` in `cache`."""
     from tfplaceto import search
+    from tfplaceto.policy.observation import graph_statics
     from tfplaceto.rl.acting import collect
     from tfplaceto.rl.environment import PlacementEnvironment
     from tfplaceto.rl.logdir import problem_fingerprints
@@ -83,7 +84,7 @@ def teach(members: str, cache: str, run: str | None, climb_s: float) -> None:
                     search.offer(problem, baseline, climbed)  # the better of the two
                     target, kind = np.asarray(baseline.placement), "climbed"
                 ratio = problem.simulator().run(target)[0] / baseline_s
-                statics = PlacementEnvironment(problem, dims=dims()).statics[0]
+                statics = graph_statics(problem)
                 start = rng.integers(0, problem.allowed.shape[1], statics.num_nodes)
                 nodes = np.arange(statics.num_nodes)
                 start = np.where(problem.allowed[nodes, start], start, np.argmax(problem.allowed, 1))
