@@ -9,6 +9,7 @@ untrained weights) through the same calls. Map of the file:
   prepare_neighbourhoods  the moves every climb tries (single classes, blocks), prepared once.
   polish               hill climbing over single-class and block moves to a local optimum.
   best_baseline        the best fast baseline (by simulated (OOM, step time)): a `Best`.
+  climbed_baseline     the same, climbed to a local optimum (`polish`): training's teachers.
   classes_in_order     the nodes of each tie class, classes in topological order.
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
@@ -90,6 +91,17 @@ def best_baseline(problem: Problem, seed: int = 0) -> Best:
     best = Best()
     for placement in starting_placements(problem, seed).values():
         offer(problem, best, placement)
+    return best
+
+
+def climbed_baseline(problem: Problem, seed: int = 0, baseline: Best | None = None) -> Best:
+    """The best fast baseline (`baseline`, when already found) hill-climbed to a local optimum
+    (`polish`, no deadline: the same placement on any machine), or the baseline itself when the
+    climb finds nothing better. A new Best: `baseline` is left as it is."""
+    baseline = baseline or best_baseline(problem, seed)
+    best = Best()
+    best.offer(baseline.step_time_s, baseline.oom, baseline.placement)
+    offer(problem, best, polish(problem, baseline.placement, np.random.default_rng(seed)))
     return best
 
 

@@ -11,6 +11,8 @@
   Actor                runs a network's policy on one problem (greedy or sampled episodes, one
                        compiled function for every call): what the placer, the training loop's
                        model selection and the benchmarks use.
+  ReplayPolicy, replay_placement(env, placement)  a placement replayed as an episode (each class
+                       placed where it has it): what self-imitation and cloning train on.
   greedy_placements(problem, network, start, starts, seed)  the policy alone: the end placements
                        of greedy episodes (in lockstep); what `placeto_policy` returns and what
                        the learning benchmarks measure.
@@ -51,6 +53,25 @@ def collect(env: PlacementEnvironment, policy, time_step):
     experience = tf.nest.map_structure(lambda *xs: np.stack(xs, axis=1), *steps)
     weights = (~experience.is_boundary()).astype(np.float32)
     return experience, weights, time_step
+
+
+class ReplayPolicy(py_policy.PyPolicy):
+    """Places each class where `placement` has it: a placement replayed as an episode."""
+
+    def __init__(self, time_step_spec, action_spec, placement: np.ndarray, steps: np.ndarray):
+        super().__init__(time_step_spec, action_spec)
+        self._devices = np.asarray(placement)[steps].astype(np.int32)  # the device of each step's class
+
+    def _action(self, time_step, policy_state):
+        return policy_step.PolicyStep(self._devices[time_step.observation[observation.STEP]], policy_state)
+
+
+def replay_placement(env: PlacementEnvironment, placement: np.ndarray):
+    """(Trajectory [1, T], weights [1, T]): one episode of `env` (one lane, one problem) from its
+    initial placement, each class placed where `placement` has it."""
+    policy = ReplayPolicy(env.time_step_spec(), env.action_spec(), placement, env.statics[0].steps)
+    experience, weights, _ = collect(env, policy, env.reset())
+    return experience, weights
 
 
 class CompiledPyPolicy(py_policy.PyPolicy):

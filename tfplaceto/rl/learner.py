@@ -47,7 +47,7 @@ import tensorflow as tf
 from tfplaceto import errors
 from tfplaceto.outputs import atomic_write
 from tfplaceto.problem import Problem
-from tfplaceto.rl import reverb_items
+from tfplaceto.rl import cloning, reverb_items
 from tfplaceto.rl.logdir import read_episodes_per_actor
 from tfplaceto.rl.train import problems_for, train
 
@@ -298,6 +298,10 @@ def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: in
     select_sources: graphs (on the same clusters) that model selection evaluates on instead of
     the training problems (`train(select_on=...)`): validation graphs, never trained on.
 
+    A fresh run begins with the teacher phase when gin turns it on (`clone_teachers.updates`,
+    `tfplaceto.rl.cloning`): climbed baselines of the sources (and of more members of their
+    families) cloned into the fresh weights, kept in `logdir/teachers`.
+
     actors > 0 (or a `reverb_address`, "HOST:PORT", to serve actors on other machines): collection
     in actor processes through a Reverb server (`train_distributed`); 0: the embedded engine.
     """
@@ -314,6 +318,9 @@ def train_sources(sources, clusters, episodes: int, logdir: str | None, seed: in
     if (actors or reverb_address) and not all(isinstance(x, str) for x in [*sources, *clusters]):
         raise errors.InvalidArgumentError("with actors, sources and clusters must be named by strings (paths, "
                                           "builtin:NAME, presets): actor processes rebuild them from their names")
+    if "pretrain" not in config:
+        config["pretrain"] = cloning.clone_teachers(sources, clusters, os.path.join(logdir, "teachers") if logdir
+                                                    else None, seed, config.get("progress", True))
     problems, labels = problems_for(sources, clusters)
     if select_sources:
         config["select_on"] = problems_for(list(select_sources), clusters)[0]

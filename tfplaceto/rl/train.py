@@ -39,8 +39,7 @@ from collections.abc import Callable, Sequence
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.policies import policy_saver, py_policy
-from tf_agents.trajectories import policy_step
+from tf_agents.policies import policy_saver
 
 from tfplaceto import errors
 from tfplaceto.cluster import as_cluster
@@ -52,7 +51,7 @@ from tfplaceto.policy.checkpoint import save_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem, make_problem
 from tfplaceto.progress import tqdm
-from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, specs
+from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, replay_placement, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
 from tfplaceto.rl.environment import Best, PlacementEnvironment, placement_cost
 from tfplaceto.rl.logdir import (
@@ -62,7 +61,7 @@ from tfplaceto.rl.logdir import (
     problem_fingerprints,
     write_json,
 )
-from tfplaceto.search import best_baseline, offer, polish
+from tfplaceto.search import best_baseline, climbed_baseline
 
 
 # -- model selection ------------------------------------------------------------------------------
@@ -191,21 +190,10 @@ class Embedded:
         return None  # the loop's own count: everything was collected here
 
 
-class _ReplayPolicy(py_policy.PyPolicy):
-    """Places each class where `placement` has it: a placement replayed as an episode."""
-
-    def __init__(self, time_step_spec, action_spec, placement: np.ndarray, steps: np.ndarray):
-        super().__init__(time_step_spec, action_spec)
-        self._devices = placement[steps].astype(np.int32)  # the device of each step's class
-
-    def _action(self, time_step, policy_state):
-        return policy_step.PolicyStep(self._devices[time_step.observation[observation.STEP]], policy_state)
-
-
 class _SelfImitation:
     """Self-imitation (after Oh et al., 2018) of the best placement found so far: after every batch,
     that placement of the batch's problem is replayed as one more episode from the batch's own
-    start (`_ReplayPolicy`) and cloned with advantage `weight` (`PlacetoAgent`'s imitation lanes;
+    start (`acting.replay_placement`) and cloned with advantage `weight` (`PlacetoAgent`'s imitation lanes;
     always, not only while the batch is worse: cloned only then, the finds were not kept). Meant for a split found once by sampling (a branch on
     an idle device: several coordinated choices), which the next batches otherwise average
     away. The replay costs one episode's simulations and is not counted as an episode."""
@@ -231,8 +219,7 @@ class _SelfImitation:
             replay = self._replays[index] = PlacementEnvironment(
                 self._env.problems[index], batch_size=1, initial=lambda problem, rng: self._start,
                 dims=self._env.dims, passes=self._env.passes, schedule=self._env.schedule)
-        policy = _ReplayPolicy(replay.time_step_spec(), replay.action_spec(), best.placement, statics.steps)
-        extra, extra_weights, _ = collect(replay, policy, replay.reset())
+        extra, extra_weights = replay_placement(replay, best.placement)
         extra.observation[observation.PROBLEM][:] = index
         if extra_weights.shape != (1, weights.shape[1]):
             return experience, weights, None
@@ -306,7 +293,7 @@ def _fixed_op_order(on: bool = True):
 IMITATE_BASELINE = (False, True, "climbed", "fixed")  # `train`'s imitate_baseline
 
 
-@gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector"])
+@gin.configurable(denylist=["problems", "logdir", "network", "callback", "collector", "pretrain"])
 def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: str | None = None,
           seed: int = 0, lanes: int = 16, initial: str | tuple = "random",
           order: str = "topological", hidden: int = 32, rounds: int = 8, refresh_every: int = 8,
@@ -323,7 +310,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
           average_weights: float = 0.0, problems_per_update: int = 1, weight_decay: float = 0.0,
           credit: str = "to_go", transfer_costs: bool = False, device_context: bool = False,
-          collector: Callable | None = None, reproducible: bool = True) -> TrainResult:
+          collector: Callable | None = None, reproducible: bool = True,
+          pretrain: Callable[[PlacetoNetwork], dict | None] | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
 
     Args:
@@ -386,6 +374,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         block moves). "fixed": the teacher is cloned for the whole run, never replaced by a
         placement sampling finds.
       collector: where batches come from (module docstring; default `Embedded`).
+      pretrain: called with the network before the first batch of a run that is not resumed
+        (the teacher phase, `tfplaceto.rl.cloning.clone_teachers`); what it returns is kept in
+        the state and summary as "pretrain". Its wall time is the run's.
       reproducible: run TensorFlow's functions one op at a time in a fixed order
         (`_fixed_op_order`), so that a run repeats bit for bit on the same machine and build;
         False: TensorFlow's default executor, which may run independent ops at the same time.
@@ -430,6 +421,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                 history = state.get("history", [])
             writer = tf.summary.create_file_writer(logdir)
             saver = policy_saver.PolicySaver(agent.policy, batch_size=None)
+        pretrained = state.get("pretrain") if state else None
+        if state is None and pretrain is not None:
+            pretrained = pretrain(network)
         select_on = [select_on] if isinstance(select_on, Problem) else list(select_on or problems)
         selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty) if select_every
                      else None)
@@ -456,14 +450,14 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                 "checkpoint": os.path.basename(path), "episodes": done, "decisions": decisions,
                 "wall_s": wall, "fingerprints": problem_fingerprints(problems), "network": network.config,
                 "env": env.get_state(), "best": [best_to_json(b) for b in best], "history": history,
-                "selection": None if selection is None else selection.to_json()})
+                "selection": None if selection is None else selection.to_json(), "pretrain": pretrained})
             write_json(os.path.join(logdir, "summary.json"), {
                 "episodes": done, "decisions": decisions, "wall_s": wall,
                 "learner_steps": int(agent.train_step_counter.numpy()),
                 "episodes_per_actor": source.episodes_per_actor() or {"0": done},
                 "policy_dir": os.path.abspath(os.path.join(logdir, "policy")),
                 "selected_episode": None if selection is None else selection.episode,
-                "best_step_time_s": [b.step_time_s for b in best]})
+                "best_step_time_s": [b.step_time_s for b in best], "pretrain": pretrained})
 
         def select() -> None:
             """Evaluates the policy alone (the average, with `average_weights`); exports it (and
@@ -487,9 +481,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         teachers: dict[int, Best] = {}
         if imitate_baseline:
             for index, problem in enumerate(problems):
-                teacher = teachers[index] = best_baseline(problem, seed)
-                if imitate_baseline == "climbed":
-                    offer(problem, teacher, polish(problem, teacher.placement, np.random.default_rng(seed)))
+                teacher = teachers[index] = (climbed_baseline if imitate_baseline == "climbed" else best_baseline)(
+                    problem, seed)
                 env.best_for(index).offer(teacher.step_time_s, teacher.oom, teacher.placement)
         imitator = _SelfImitation(env, self_imitation, teachers if imitate_baseline == "fixed" else None)
         bar = None

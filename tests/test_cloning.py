@@ -1,0 +1,84 @@
+"""The teacher phase of training (`tfplaceto.rl.cloning`): teachers, padding, cloning, the CLI."""
+
+import json
+import zlib
+
+import numpy as np
+import pytest
+from test_rl import layered
+
+from tfplaceto.cli import main
+from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.policy.observation import Dims
+from tfplaceto.rl.acting import greedy_placements, replay_placement
+from tfplaceto.rl.cloning import _padded, clone, make_teacher, teacher_sources
+from tfplaceto.rl.environment import PlacementEnvironment
+from tfplaceto.search import best_baseline, climbed_baseline
+
+
+def test_a_teacher_is_the_climbed_baseline_and_pads_to_what_a_larger_environment_writes():
+    problem = layered(seed=1, devices=3)
+    teacher = make_teacher(problem, "layered/1", seed=0)
+    climbed, baseline = climbed_baseline(problem, 0), best_baseline(problem, 0)
+    assert climbed.step_time_s <= baseline.step_time_s
+    assert teacher.ratio == pytest.approx(climbed.step_time_s / baseline.step_time_s)
+    own = teacher.experience.observation["placement"].shape[-1]
+    larger = Dims(nodes=own + 7, edges=100, devices=5, steps=40)
+    env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=zlib.crc32(b"layered/1"), dims=larger)
+    direct, weights = replay_placement(env, climbed.placement)
+    padded = _padded(teacher.experience, larger)
+    np.testing.assert_array_equal(weights, teacher.weights)
+    np.testing.assert_array_equal(direct.action, teacher.experience.action)
+    for name, value in direct.observation.items():
+        np.testing.assert_array_equal(padded.observation[name], value, err_msg=name)
+    # The replay is the teacher's placement: its last step leaves every class where the teacher has it.
+    devices = teacher.experience.observation["placement"][0, -1, :problem.num_nodes]
+    assert problem.simulator().run(devices)[0] == pytest.approx(climbed.step_time_s)
+
+
+def test_cloning_makes_the_policy_alone_place_like_its_teachers_where_untrained_weights_do_not():
+    problems = [layered(seed=s, devices=3) for s in (2, 3, 4)]
+    teachers = [make_teacher(p, f"layered/{i}", seed=0) for i, p in enumerate(problems)]
+
+    def policy_over_teacher(network):
+        """Mean over the problems of the policy alone's step time (greedy, 4 random starts) over the teacher's."""
+        return np.mean([np.mean([p.simulator().run(x)[0] for x in greedy_placements(p, network, starts=4, seed=9)])
+                        / (t.ratio * best_baseline(p, 0).step_time_s) for p, t in zip(problems, teachers)])
+
+    untrained = policy_over_teacher(PlacetoNetwork(hidden=16, rounds=2, seed=0, view="placed", nodes_on_device=True))
+    network = PlacetoNetwork(hidden=16, rounds=2, seed=0, view="placed", nodes_on_device=True)
+    losses = clone(network, teachers, updates=120, learning_rate=1e-2, per_update=3, seed=0, progress=False)
+    cloned = policy_over_teacher(network)
+    assert np.mean(losses[-10:]) < 0.3 * losses[0]
+    assert cloned < 1.05 < untrained, (cloned, untrained)
+
+
+def test_teacher_sources_add_the_first_members_of_each_family_trained_on():
+    sources = ["builtin:ptb-cells/1", "builtin:nmt-variants/4", "builtin:inception_v3", "graph.pb"]
+    assert teacher_sources(sources, 3) == [*sources, "builtin:ptb-cells/0", "builtin:ptb-cells/2",
+                                           "builtin:nmt-variants/0", "builtin:nmt-variants/1",
+                                           "builtin:nmt-variants/2"]
+    assert teacher_sources(sources, 0) == sources
+
+
+def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_them(tmp_path, capsys):
+    logdir = tmp_path / "run"
+    command = ["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(logdir), "--num-graphs", "1",
+               "--gin", "tfplaceto/policy/train.gin", "--gin-param", "train.lanes = 2",
+               "--gin-param", "clone_teachers.updates = 4", "--gin-param", "clone_teachers.family_members = 2"]
+    assert main([*command, "--episodes", "2"]) == 0
+    summary = json.loads((logdir / "summary.json").read_text())
+    record = summary["pretrain"]
+    assert record["teachers"] == 2 and record["updates"] == 4  # ptb-cells 0 and 1 on 2xK80
+    assert 0 < record["teacher_over_best_baseline"] <= 1.0
+    assert len(list((logdir / "teachers").glob("*.pkl"))) == 2
+    assert summary["selected_episode"] is not None
+    assert "clone_teachers.updates = 4" in (logdir / "operative_config.gin").read_text()
+    capsys.readouterr()
+    assert main([*command, "--episodes", "4"]) == 0  # resumed: the weights are the checkpoint's
+    assert "cloning" not in capsys.readouterr().err
+    resumed = json.loads((logdir / "summary.json").read_text())
+    assert resumed["episodes"] == 4 and resumed["pretrain"] == record
+    assert main([*command[:-2], "--gin-param", "clone_teachers.family_members = -1", "--episodes", "2",
+                 "--logdir", str(tmp_path / "bad")]) == 2
+    assert "clone_teachers.family_members" in capsys.readouterr().err

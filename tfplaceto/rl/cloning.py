@@ -1,0 +1,224 @@
+"""The teacher phase of training: behaviour cloning of climbed baselines before any episode.
+
+Reinforcement learning from random weights finds the splits of a family's graphs slowly and
+unevenly (seeds of one command differ by 0.02 in mean step time on unseen members); cloning good
+placements of many members first gives the policy what a split looks like on each kind of member.
+A teacher is the best fast baseline of a problem hill-climbed to a local optimum
+(`search.climbed_baseline`: deterministic, no deadline), replayed as one episode from a random
+start (`acting.replay_placement`): the observations the policy would see placing it. Cloning
+trains the network on those episodes (the negative log-likelihood of the teacher's device at
+every step: `PlacetoAgent`'s imitation lanes with weight 1, no entropy bonus). Map of the file:
+
+  Teacher              one problem's teacher: its label, the teacher's step time over the best
+                       fast baseline's, the problem's statics and the replayed episode.
+  make_teacher(problem, label, seed)   a Teacher (the baselines, the climb, the replay).
+  teacher_sources(sources, family_members)   the sources plus the first members of each
+                       built-in family among them: more members to clone than to train on.
+  teach(sources, clusters, directory, seed)  the Teachers of every source on every cluster,
+                       pickled in `directory` (a rerun makes only the missing ones). Named
+                       sources are imported in child processes, a few each: importing a graph
+                       leaks memory in TensorFlow that is never returned (~0.3 GB for an
+                       nmt-variants member), so one process cannot import a few hundred.
+  clone(network, teachers, updates)    behaviour cloning; the loss of every update.
+  clone_teachers(sources, clusters, directory, seed)   the phase (gin-configurable, off unless
+                       `updates` > 0), a function of the network: what `train` runs on fresh
+                       weights before its first batch (`tfplaceto.rl.learner.train_sources`).
+
+No episode of the policy is sampled: cloning is not counted in the run's episodes or decisions;
+its wall time is in the run's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import multiprocessing
+import os
+import pickle
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+import gin
+import numpy as np
+import tensorflow as tf
+from tf_agents.specs import array_spec, tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfplaceto import errors
+from tfplaceto.cluster import as_cluster
+from tfplaceto.graph import BUILTIN_PREFIX
+from tfplaceto.graph.builtin import check_name
+from tfplaceto.policy import observation
+from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.problem import Problem
+from tfplaceto.progress import tqdm
+from tfplaceto.rl.acting import replay_placement
+from tfplaceto.rl.agent import PlacetoAgent, as_tensors
+from tfplaceto.rl.environment import PlacementEnvironment
+from tfplaceto.rl.train import problems_for
+from tfplaceto.search import best_baseline, climbed_baseline
+
+
+@dataclasses.dataclass
+class Teacher:
+    """One problem's teacher. `experience` (Trajectory [1, T]) and `weights` ([1, T]) are the
+    replayed episode at the problem's own padded sizes (`observation.dims_for([statics])`);
+    `clone` pads them to the sizes of all the teachers it trains on."""
+
+    label: str
+    ratio: float  # the teacher's simulated step time over the best fast baseline's
+    statics: observation.GraphStatics
+    experience: object
+    weights: np.ndarray
+
+
+def make_teacher(problem: Problem, label: str, seed: int = 0) -> Teacher:
+    """The climbed best baseline of `problem`, replayed from a random start drawn from `seed`
+    and the label (each problem its own start, the same on every run)."""
+    baseline = best_baseline(problem, seed)
+    teacher = climbed_baseline(problem, seed, baseline)
+    env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=seed + zlib.crc32(label.encode()))
+    experience, weights = replay_placement(env, teacher.placement)
+    return Teacher(label, teacher.step_time_s / baseline.step_time_s, env.statics[0], experience, weights)
+
+
+def teacher_sources(sources: Sequence, family_members: int) -> list:
+    """`sources`, then members 0 .. family_members - 1 of every built-in family a source is a
+    member of ("builtin:cifar10-cells/3" is one of cifar10-cells) that are not already there."""
+    extra: list[str] = []
+    for source in sources:
+        if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
+            entry, member = check_name(source[len(BUILTIN_PREFIX):])
+            if entry.kind == "family":
+                extra += [f"{BUILTIN_PREFIX}{entry.name}/{m}" for m in range(family_members)]
+    return list(sources) + [s for s in dict.fromkeys(extra) if s not in sources]
+
+
+def _file(directory: str, label: str) -> str:
+    return os.path.join(directory, hashlib.sha1(label.encode()).hexdigest()[:16] + ".pkl")
+
+
+def _teach_and_save(sources: Sequence, clusters: Sequence, seed: int, directory: str) -> int:
+    """Makes and pickles (atomically) the teachers of `sources` x `clusters` not in `directory`."""
+    problems, labels = problems_for(sources, clusters)
+    for problem, label in zip(problems, labels):
+        path = _file(directory, label)
+        if not os.path.exists(path):
+            with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as f:
+                pickle.dump(make_teacher(problem, label, seed), f)
+            os.replace(f.name, path)
+    return len(labels)
+
+
+def teach(sources: Sequence, clusters: Sequence, directory: str, seed: int = 0, sources_per_process: int = 3,
+          workers: int = 1, progress: bool = True) -> list[Teacher]:
+    """The Teachers of every source on every cluster (sources-major, as `problems_for` orders
+    them), made once and kept in `directory`. Sources named by strings are imported
+    `sources_per_process` to a child process, `workers` at a time; others in this process."""
+    os.makedirs(directory, exist_ok=True)
+    clusters = [as_cluster(c) for c in clusters]
+    labels = [[f"{s}@{c.name}" if isinstance(s, str) else None for c in clusters] for s in sources]
+    missing = [s for s, row in zip(sources, labels) if not all(x and os.path.exists(_file(directory, x)) for x in row)]
+    bar = tqdm(total=len(sources) * len(clusters), initial=(len(sources) - len(missing)) * len(clusters),
+               unit="teacher", desc="teachers", dynamic_ncols=True, disable=not progress)
+    named = [s for s in missing if isinstance(s, str)]
+    if named:
+        chunks = [named[i:i + sources_per_process] for i in range(0, len(named), sources_per_process)]
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no TensorFlow state shared
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
+            futures = [pool.submit(_teach_and_save, chunk, [c.name for c in clusters], seed, directory)
+                       for chunk in chunks]
+            for future in concurrent.futures.as_completed(futures):
+                bar.update(future.result())
+    teachers: list[Teacher] = []
+    for source, row in zip(sources, labels):
+        if isinstance(source, str):
+            for label in row:
+                with open(_file(directory, label), "rb") as f:
+                    teachers.append(pickle.load(f))
+        else:  # an OpGraph or a graph already in memory: nothing to leak, nothing to name it by
+            problems, own = problems_for([source], clusters)
+            teachers += [make_teacher(p, label, seed) for p, label in zip(problems, own)]
+            bar.update(len(problems))
+    bar.close()
+    return teachers
+
+
+def _padded(experience, dims: observation.Dims):
+    """`experience`'s observations zero-padded to `dims`: what an environment at `dims` writes
+    (slots past a graph's nodes and a cluster's devices are zero, `observation.fill_observations`)."""
+    spec = observation.observation_spec(dims)
+    fields = {name: (np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, spec[name].shape[0] - x.shape[-1])])
+                     if spec[name].shape else x) for name, x in experience.observation.items()}
+    return experience._replace(observation=fields)
+
+
+def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, learning_rate: float = 1e-3,
+          per_update: int = 9, seed: int = 0, progress: bool = True) -> list[float]:
+    """Behaviour cloning of `teachers` into `network`'s weights: `updates` Adam updates, each on
+    the mean gradient of `per_update` teachers (every teacher once before any twice, in an
+    order drawn from `seed`). Returns each update's loss (the mean over its teachers of the
+    negative log-likelihood per step of the teacher's device)."""
+    dims = observation.dims_for([t.statics for t in teachers])
+    packed = as_tensors(observation.pack([t.statics for t in teachers], dims))
+    time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation.observation_spec(dims)))
+    action_spec = tensor_spec.from_spec(array_spec.BoundedArraySpec((), np.int32, 0, dims.devices - 1))
+    agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
+                         entropy_coefficient=0.0, max_train_steps=None, seed=seed)
+    imitation = tf.constant([1.0])  # the one lane is a teacher's: its every step is cloned
+    data = []
+    for index, teacher in enumerate(teachers):
+        experience = _padded(teacher.experience, dims)
+        experience.observation[observation.PROBLEM][:] = index
+        data.append((tf.nest.map_structure(tf.constant, experience), tf.constant(teacher.weights), imitation))
+    rng, order, losses = np.random.default_rng(seed), [], []
+    with tqdm(total=updates, unit="update", desc="cloning", dynamic_ncols=True, disable=not progress) as bar:
+        for _ in range(updates):
+            if len(order) < per_update:
+                order += list(rng.permutation(len(data)))
+            chosen, order = order[:per_update], order[per_update:]
+            losses.append(float(agent.train_averaged([data[j] for j in chosen]).extra.policy_loss))
+            bar.update(1)
+            bar.set_postfix(loss=f"{np.mean(losses[-per_update:]):.3f}")
+    return losses
+
+
+@gin.configurable(denylist=["sources", "clusters", "directory", "seed", "progress"])
+def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None, seed: int = 0,
+                   progress: bool = True, updates: int = 0, family_members: int = 0, learning_rate: float = 1e-3,
+                   per_update: int = 9, sources_per_process: int = 3,
+                   workers: int = 1) -> Callable[[PlacetoNetwork], dict] | None:
+    """The teacher phase (module docstring) as `train`'s `pretrain`: None when `updates` is 0
+    (the default: off). Its arguments are checked here, before any graph is imported.
+
+    The phase makes teachers for every training source and, for built-in family members, for
+    members 0 .. family_members - 1 of their families too (`teacher_sources`), on every cluster,
+    kept in `directory` (a temporary one when None); then `updates` cloning updates (`clone`)
+    into the network it is called with. It returns the record `train` keeps in its state and
+    summary.
+    """
+    for name, value, least in (("updates", updates, 0), ("family_members", family_members, 0),
+                               ("per_update", per_update, 1), ("sources_per_process", sources_per_process, 1),
+                               ("workers", workers, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise errors.InvalidArgumentError(f"clone_teachers.{name} must be an integer >= {least}, got {value!r}")
+    if not updates:
+        return None
+
+    def phase(network: PlacetoNetwork) -> dict:
+        began = time.perf_counter()
+        with tempfile.TemporaryDirectory() if directory is None else contextlib.nullcontext(directory) as where:
+            teachers = teach(teacher_sources(sources, family_members), clusters, where, seed, sources_per_process,
+                             workers, progress)
+        losses = clone(network, teachers, updates, learning_rate, per_update, seed, progress)
+        tail = max(1, min(len(losses), len(teachers) // per_update))  # about one pass over the teachers
+        return {"teachers": len(teachers), "updates": updates,
+                "teacher_over_best_baseline": float(np.exp(np.mean(np.log([t.ratio for t in teachers])))),
+                "loss_first": losses[0], "loss_last": float(np.mean(losses[-tail:])),
+                "wall_s": time.perf_counter() - began}
+
+    return phase
