@@ -18,7 +18,7 @@ from tfplaceto.search import best_baseline, climbed_baseline
 
 def test_a_teacher_is_the_climbed_baseline_and_pads_to_what_a_larger_environment_writes():
     problem = layered(seed=1, devices=3)
-    teacher = make_teacher(problem, "layered/1", seed=0)
+    teacher = make_teacher(problem, "layered/1")
     climbed, baseline = climbed_baseline(problem, 0), best_baseline(problem, 0)
     assert climbed.step_time_s <= baseline.step_time_s
     assert teacher.ratio == pytest.approx(climbed.step_time_s / baseline.step_time_s)
@@ -38,7 +38,7 @@ def test_a_teacher_is_the_climbed_baseline_and_pads_to_what_a_larger_environment
 
 def test_cloning_makes_the_policy_alone_place_like_its_teachers_where_untrained_weights_do_not():
     problems = [layered(seed=s, devices=3) for s in (2, 3, 4)]
-    teachers = [make_teacher(p, f"layered/{i}", seed=0) for i, p in enumerate(problems)]
+    teachers = [make_teacher(p, f"layered/{i}") for i, p in enumerate(problems)]
 
     def policy_over_teacher(network):
         """Mean over the problems of the policy alone's step time (greedy, 4 random starts) over the teacher's."""

@@ -11,10 +11,11 @@ every step: `PlacetoAgent`'s imitation lanes with weight 1, no entropy bonus). M
 
   Teacher              one problem's teacher: its label, the teacher's step time over the best
                        fast baseline's, the problem's statics and the replayed episode.
-  make_teacher(problem, label, seed)   a Teacher (the baselines, the climb, the replay).
+  make_teacher(problem, label)   a Teacher (the baselines, the climb, the replay): the same
+                       for every run, whatever its seed, so runs can share them.
   teacher_sources(sources, family_members)   the sources plus the first members of each
                        built-in family among them: more members to clone than to train on.
-  teach(sources, clusters, directory, seed)  the Teachers of every source on every cluster,
+  teach(sources, clusters, directory)  the Teachers of every source on every cluster,
                        pickled in `directory` (a rerun makes only the missing ones). Named
                        sources are imported in child processes, a few each: importing a graph
                        leaks memory in TensorFlow that is never returned (~0.3 GB for an
@@ -76,14 +77,16 @@ class Teacher:
     weights: np.ndarray
 
 
-def make_teacher(problem: Problem, label: str, seed: int = 0) -> Teacher:
-    """The climbed best baseline of `problem`, replayed from a random start drawn from `seed`
-    and the label (each problem its own start, the same on every run)."""
-    baseline = best_baseline(problem, seed)
-    teacher = climbed_baseline(problem, seed, baseline)
-    env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=seed + zlib.crc32(label.encode()))
-    experience, weights = replay_placement(env, teacher.placement)
-    return Teacher(label, teacher.step_time_s / baseline.step_time_s, env.statics[0], experience, weights)
+def make_teacher(problem: Problem, label: str, placement: np.ndarray | None = None) -> Teacher:
+    """The climbed best baseline of `problem` (or `placement`, when given), replayed from a
+    random start drawn from the label (each problem its own start, the same on every run)."""
+    baseline = best_baseline(problem)
+    if placement is None:
+        placement = climbed_baseline(problem, baseline=baseline).placement
+    env = PlacementEnvironment(problem, batch_size=1, initial="random", seed=zlib.crc32(label.encode()))
+    experience, weights = replay_placement(env, placement)
+    ratio = problem.simulator().run(placement)[0] / baseline.step_time_s
+    return Teacher(label, ratio, env.statics[0], experience, weights)
 
 
 def teacher_sources(sources: Sequence, family_members: int) -> list:
@@ -102,19 +105,19 @@ def _file(directory: str, label: str) -> str:
     return os.path.join(directory, hashlib.sha1(label.encode()).hexdigest()[:16] + ".pkl")
 
 
-def _teach_and_save(sources: Sequence, clusters: Sequence, seed: int, directory: str) -> int:
+def _teach_and_save(sources: Sequence, clusters: Sequence, directory: str) -> int:
     """Makes and pickles (atomically) the teachers of `sources` x `clusters` not in `directory`."""
     problems, labels = problems_for(sources, clusters)
     for problem, label in zip(problems, labels):
         path = _file(directory, label)
         if not os.path.exists(path):
             with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as f:
-                pickle.dump(make_teacher(problem, label, seed), f)
+                pickle.dump(make_teacher(problem, label), f)
             os.replace(f.name, path)
     return len(labels)
 
 
-def teach(sources: Sequence, clusters: Sequence, directory: str, seed: int = 0, sources_per_process: int = 3,
+def teach(sources: Sequence, clusters: Sequence, directory: str, sources_per_process: int = 3,
           workers: int = 1, progress: bool = True) -> list[Teacher]:
     """The Teachers of every source on every cluster (sources-major, as `problems_for` orders
     them), made once and kept in `directory`. Sources named by strings are imported
@@ -130,7 +133,7 @@ def teach(sources: Sequence, clusters: Sequence, directory: str, seed: int = 0, 
         chunks = [named[i:i + sources_per_process] for i in range(0, len(named), sources_per_process)]
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no TensorFlow state shared
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
-            futures = [pool.submit(_teach_and_save, chunk, [c.name for c in clusters], seed, directory)
+            futures = [pool.submit(_teach_and_save, chunk, [c.name for c in clusters], directory)
                        for chunk in chunks]
             for future in concurrent.futures.as_completed(futures):
                 bar.update(future.result())
@@ -142,7 +145,7 @@ def teach(sources: Sequence, clusters: Sequence, directory: str, seed: int = 0, 
                     teachers.append(pickle.load(f))
         else:  # an OpGraph or a graph already in memory: nothing to leak, nothing to name it by
             problems, own = problems_for([source], clusters)
-            teachers += [make_teacher(p, label, seed) for p, label in zip(problems, own)]
+            teachers += [make_teacher(p, label) for p, label in zip(problems, own)]
             bar.update(len(problems))
     bar.close()
     return teachers
@@ -197,9 +200,10 @@ def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None,
 
     The phase makes teachers for every training source and, for built-in family members, for
     members 0 .. family_members - 1 of their families too (`teacher_sources`), on every cluster,
-    kept in `directory` (a temporary one when None); then `updates` cloning updates (`clone`)
-    into the network it is called with. It returns the record `train` keeps in its state and
-    summary.
+    kept in `directory` (a temporary one when None); then `updates` cloning updates (`clone`,
+    in an order drawn from `seed`) into the network it is called with. It returns the record
+    `train` keeps in its state and summary. The teachers do not depend on the seed: runs of
+    several seeds can share a `directory` (copy it into each logdir) and make them once.
     """
     for name, value, least in (("updates", updates, 0), ("family_members", family_members, 0),
                                ("per_update", per_update, 1), ("sources_per_process", sources_per_process, 1),
@@ -212,7 +216,7 @@ def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None,
     def phase(network: PlacetoNetwork) -> dict:
         began = time.perf_counter()
         with tempfile.TemporaryDirectory() if directory is None else contextlib.nullcontext(directory) as where:
-            teachers = teach(teacher_sources(sources, family_members), clusters, where, seed, sources_per_process,
+            teachers = teach(teacher_sources(sources, family_members), clusters, where, sources_per_process,
                              workers, progress)
         losses = clone(network, teachers, updates, learning_rate, per_update, seed, progress)
         tail = max(1, min(len(losses), len(teachers) // per_update))  # about one pass over the teachers
