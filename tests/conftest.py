@@ -2,6 +2,7 @@
 
   _seeded           every test starts from the same numpy / TensorFlow seeds.
   write_mlp_graph   writes the TF1 test graph: a 4-layer MLP on x [batch, 64] with a train op.
+  gpus, layered     small clusters and problems (V100-like GPUs; a random layered DAG).
   ROOT, load_script the checkout's root; a script of tools/ or benchmarks/ (not packages) as a
                     module: `from conftest import load_script`.
 """
@@ -66,3 +67,37 @@ def write_mlp_graph():
         return str(path)
 
     return write
+
+
+def gpus(count, memory=16 * 10**9):
+    """`count` V100-like GPUs of `memory` bytes each."""
+    import tfplaceto as tp
+
+    return [tp.Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", memory, model="V100")
+            for i in range(count)]
+
+
+def layered(seed=0, width=4, depth=5, devices=3, cpu_only=()):
+    """A random layered DAG with uneven costs; `cpu_only` nodes may only go on the last device."""
+    import tfplaceto as tp
+    from tfplaceto.graph.op_graph import make_op_graph
+    from tfplaceto.problem import Problem, allowed_devices
+
+    rng = np.random.default_rng(seed)
+    n = width * depth
+    producers, consumers = [], []
+    for layer in range(1, depth):
+        for j in range(width):
+            for parent in rng.choice(width, size=2, replace=False):
+                producers.append((layer - 1) * width + parent)
+                consumers.append(layer * width + j)
+    kernels = np.ones((n, 2), bool)
+    for node in cpu_only:
+        kernels[node, 1] = False
+    graph = make_op_graph([f"n{i}" for i in range(n)], ["MatMul"] * n, producers,
+                          rng.integers(1, 50, len(producers)) * 10**5, np.arange(len(producers)),
+                          consumers, kernels=kernels)
+    host = tp.Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU", 64 * 10**9, model="host")
+    cluster = tp.Cluster(gpus(devices - 1) + [host], name="layered")
+    compute = rng.uniform(0.5, 3.0, (n, 1)) * 1e-3 * np.array([1.0] * (devices - 1) + [4.0])
+    return Problem(graph, cluster, compute, allowed_devices(graph, cluster))

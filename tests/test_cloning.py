@@ -5,7 +5,7 @@ import zlib
 
 import numpy as np
 import pytest
-from test_rl import layered
+from conftest import layered
 
 from tfplaceto.cli import main
 from tfplaceto.policy.network import PlacetoNetwork

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import gpus, layered
 
 import tfplaceto as tp
 from tfplaceto import errors, placeto, search
@@ -32,41 +33,14 @@ from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.train import train
 
 
-def _gpus(count, memory=16 * 10**9):
-    return [tp.Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", memory, model="V100")
-            for i in range(count)]
-
-
 def two_chains(length=3, devices=2, megabytes=1):
     """Chains a0 -> a1 -> ... and b0 -> b1 -> ...: the best placement puts one chain per device."""
     names = [f"{chain}{i}" for chain in "ab" for i in range(length)]
     producers = [c * length + i for c in range(2) for i in range(length - 1)]
     graph = make_op_graph(names, ["MatMul"] * len(names), producers, [megabytes * 10**6] * len(producers),
                           np.arange(len(producers)), [p + 1 for p in producers])
-    cluster = tp.Cluster(_gpus(devices), name="tiny")
+    cluster = tp.Cluster(gpus(devices), name="tiny")
     compute = np.full((len(names), devices), 1e-3)
-    return Problem(graph, cluster, compute, allowed_devices(graph, cluster))
-
-
-def layered(seed=0, width=4, depth=5, devices=3, cpu_only=()):
-    """A random layered DAG with uneven costs; `cpu_only` nodes may only go on the last device."""
-    rng = np.random.default_rng(seed)
-    n = width * depth
-    producers, consumers = [], []
-    for layer in range(1, depth):
-        for j in range(width):
-            for parent in rng.choice(width, size=2, replace=False):
-                producers.append((layer - 1) * width + parent)
-                consumers.append(layer * width + j)
-    kernels = np.ones((n, 2), bool)
-    for node in cpu_only:
-        kernels[node, 1] = False
-    graph = make_op_graph([f"n{i}" for i in range(n)], ["MatMul"] * n, producers,
-                          rng.integers(1, 50, len(producers)) * 10**5, np.arange(len(producers)),
-                          consumers, kernels=kernels)
-    host = tp.Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU", 64 * 10**9, model="host")
-    cluster = tp.Cluster(_gpus(devices - 1) + [host], name="layered")
-    compute = rng.uniform(0.5, 3.0, (n, 1)) * 1e-3 * np.array([1.0] * (devices - 1) + [4.0])
     return Problem(graph, cluster, compute, allowed_devices(graph, cluster))
 
 
@@ -174,7 +148,7 @@ def test_a_window_episode_re_places_consecutive_classes_only():
 
 def test_oom_is_penalized():
     problem = two_chains()
-    small = tp.Cluster(_gpus(2, memory=2_500_000), name="small")
+    small = tp.Cluster(gpus(2, memory=2_500_000), name="small")
     problem = Problem(problem.graph, small, problem.compute_s, problem.allowed)
     env = PlacementEnvironment(problem, initial="single", seed=0)
     env.reset()
