@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from conftest import layered
 
+import tfplaceto as tp
 from tfplaceto.cli import main
+from tfplaceto.cluster import as_cluster
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.policy.observation import Dims
 from tfplaceto.rl.acting import greedy_placements, replay_placement
-from tfplaceto.rl.cloning import _padded, clone, make_teacher, teacher_sources
+from tfplaceto.rl.cloning import _padded, clone, make_teacher, teach, teacher_sources
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.search import best_baseline, climbed_baseline
 
@@ -51,6 +53,16 @@ def test_cloning_makes_the_policy_alone_place_like_its_teachers_where_untrained_
     cloned = policy_over_teacher(network)
     assert np.mean(losses[-10:]) < 0.3 * losses[0]
     assert cloned < 1.05 < untrained, (cloned, untrained)
+
+
+def test_teachers_are_made_in_a_child_process_for_any_cluster_and_kept(tmp_path):
+    # Not a preset, so the child cannot build it from its name: it gets the object.
+    cluster = tp.Cluster(list(as_cluster("4xV100").devices), name="my-v100s")
+    made = teach(["builtin:ptb-cells/0"], [cluster], str(tmp_path), progress=False)
+    assert [t.label for t in made] == ["builtin:ptb-cells/0@my-v100s"] and 0 < made[0].ratio <= 1.0
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
+    kept = teach(["builtin:ptb-cells/0"], [cluster], str(tmp_path), progress=False)  # read, not made again
+    np.testing.assert_array_equal(kept[0].experience.action, made[0].experience.action)
 
 
 def test_teacher_sources_add_the_first_members_of_each_family_trained_on():

@@ -95,7 +95,7 @@ def teacher_sources(sources: Sequence, family_members: int) -> list:
     extra: list[str] = []
     for source in sources:
         if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
-            entry, member = check_name(source[len(BUILTIN_PREFIX):])
+            entry, _ = check_name(source[len(BUILTIN_PREFIX):])
             if entry.kind == "family":
                 extra += [f"{BUILTIN_PREFIX}{entry.name}/{m}" for m in range(family_members)]
     return list(sources) + [s for s in dict.fromkeys(extra) if s not in sources]
@@ -133,8 +133,7 @@ def teach(sources: Sequence, clusters: Sequence, directory: str, sources_per_pro
         chunks = [named[i:i + sources_per_process] for i in range(0, len(named), sources_per_process)]
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no TensorFlow state shared
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
-            futures = [pool.submit(_teach_and_save, chunk, [c.name for c in clusters], directory)
-                       for chunk in chunks]
+            futures = [pool.submit(_teach_and_save, chunk, clusters, directory) for chunk in chunks]
             for future in concurrent.futures.as_completed(futures):
                 bar.update(future.result())
     teachers: list[Teacher] = []
