@@ -26,7 +26,6 @@ import argparse
 import glob
 import json
 import os
-import pickle
 import time
 
 import numpy as np
@@ -56,8 +55,7 @@ def teach(members: str, cache: str, run: str | None) -> None:
                 raise SystemExit(f"{label} is not one of the problems {run} was trained on")
             best = state["best"][state["fingerprints"].index(fingerprint)]["placement"]
             teachers.append(cloning.make_teacher(problem, label, placement=np.array(best)))
-            with open(os.path.join(cache, f"run-best-{len(teachers)}.pkl"), "wb") as f:
-                pickle.dump(teachers[-1], f)
+            cloning.save_teacher(teachers[-1], os.path.join(cache, f"run-best-{len(teachers)}.npz"))
     for teacher in teachers:
         print(f"{teacher.label:40} teacher / best baseline {teacher.ratio:.3f}")
 
@@ -69,10 +67,7 @@ def clone(policy_dir: str, cache: str, out: str, updates: int, learning_rate: fl
     from tfplaceto.rl import cloning
 
     began = time.perf_counter()
-    teachers = []
-    for path in sorted(glob.glob(os.path.join(cache, "*.pkl"))):
-        with open(path, "rb") as f:
-            teachers.append(pickle.load(f))
+    teachers = [cloning.load_teacher(path) for path in sorted(glob.glob(os.path.join(cache, "*.npz")))]
     if not teachers:
         raise SystemExit(f"no teachers in {cache}: run --teach first")
     print(f"{len(teachers)} teachers, teacher / best baseline {np.mean([t.ratio for t in teachers]):.3f} "

@@ -1,10 +1,12 @@
 """The teacher phase of training (`tfplaceto.rl.cloning`): teachers, padding, cloning, the CLI."""
 
+import dataclasses
 import json
 import zlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from conftest import layered
 
 import tfplaceto as tp
@@ -13,12 +15,20 @@ from tfplaceto.cluster import as_cluster
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.policy.observation import Dims
 from tfplaceto.rl.acting import greedy_placements, replay_placement
-from tfplaceto.rl.cloning import _padded, clone, make_teacher, teach, teacher_sources
+from tfplaceto.rl.cloning import (
+    _padded,
+    clone,
+    load_teacher,
+    make_teacher,
+    save_teacher,
+    teach,
+    teacher_sources,
+)
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.search import best_baseline, climbed_baseline
 
 
-def test_a_teacher_is_the_climbed_baseline_and_pads_to_what_a_larger_environment_writes():
+def test_a_teacher_is_the_climbed_baseline_pads_to_what_a_larger_environment_writes_and_saves(tmp_path):
     problem = layered(seed=1, devices=3)
     teacher = make_teacher(problem, "layered/1")
     climbed, baseline = climbed_baseline(problem, 0), best_baseline(problem, 0)
@@ -33,6 +43,13 @@ def test_a_teacher_is_the_climbed_baseline_and_pads_to_what_a_larger_environment
     np.testing.assert_array_equal(direct.action, teacher.experience.action)
     for name, value in direct.observation.items():
         np.testing.assert_array_equal(padded.observation[name], value, err_msg=name)
+    # Saved and loaded (a numpy .npz, no pickle), every array comes back.
+    save_teacher(teacher, str(tmp_path / "t.npz"))
+    loaded = load_teacher(str(tmp_path / "t.npz"))
+    assert (loaded.label, loaded.ratio) == (teacher.label, teacher.ratio)
+    for a, b in zip(tf.nest.flatten([loaded.experience, loaded.weights, dataclasses.astuple(loaded.statics)]),
+                    tf.nest.flatten([teacher.experience, teacher.weights, dataclasses.astuple(teacher.statics)])):
+        np.testing.assert_array_equal(a, b)
     # The replay is the teacher's placement: its last step leaves every class where the teacher has it.
     devices = teacher.experience.observation["placement"][0, -1, :problem.num_nodes]
     assert problem.simulator().run(devices)[0] == pytest.approx(climbed.step_time_s)
@@ -60,7 +77,7 @@ def test_teachers_are_made_in_a_child_process_for_any_cluster_and_kept(tmp_path)
     cluster = tp.Cluster(list(as_cluster("4xV100").devices), name="my-v100s")
     made = teach(["builtin:ptb-cells/0"], [cluster], str(tmp_path), progress=False)
     assert [t.label for t in made] == ["builtin:ptb-cells/0@my-v100s"] and 0 < made[0].ratio <= 1.0
-    assert len(list(tmp_path.glob("*.pkl"))) == 1
+    assert len(list(tmp_path.glob("*.npz"))) == 1
     kept = teach(["builtin:ptb-cells/0"], [cluster], str(tmp_path), progress=False)  # read, not made again
     np.testing.assert_array_equal(kept[0].experience.action, made[0].experience.action)
 
@@ -83,7 +100,7 @@ def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_t
     record = summary["pretrain"]
     assert record["teachers"] == 2 and record["updates"] == 4  # ptb-cells 0 and 1 on 2xK80
     assert 0 < record["teacher_over_best_baseline"] <= 1.0
-    assert len(list((logdir / "teachers").glob("*.pkl"))) == 2
+    assert len(list((logdir / "teachers").glob("*.npz"))) == 2
     assert summary["selected_episode"] is not None
     assert "clone_teachers.updates = 4" in (logdir / "operative_config.gin").read_text()
     capsys.readouterr()

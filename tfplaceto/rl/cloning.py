@@ -15,8 +15,9 @@ every step: `PlacetoAgent`'s imitation lanes with weight 1, no entropy bonus). M
                        for every run, whatever its seed, so runs can share them.
   teacher_sources(sources, family_members)   the sources plus the first members of each
                        built-in family among them: more members to clone than to train on.
+  save_teacher, load_teacher   a Teacher as a numpy .npz file (plain arrays, no pickle).
   teach(sources, clusters, directory)  the Teachers of every source on every cluster,
-                       pickled in `directory` (a rerun makes only the missing ones). Named
+                       saved in `directory` (a rerun makes only the missing ones). Named
                        sources are imported in child processes, a few each: importing a graph
                        leaks memory in TensorFlow that is never returned (~0.3 GB for an
                        nmt-variants member), so one process cannot import a few hundred.
@@ -37,7 +38,6 @@ import dataclasses
 import hashlib
 import multiprocessing
 import os
-import pickle
 import tempfile
 import time
 import zlib
@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.specs import array_spec, tensor_spec
 from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
 
 from tfplaceto import errors
 from tfplaceto.cluster import as_cluster
@@ -102,18 +103,57 @@ def teacher_sources(sources: Sequence, family_members: int) -> list:
 
 
 def _file(directory: str, label: str) -> str:
-    return os.path.join(directory, hashlib.sha1(label.encode()).hexdigest()[:16] + ".pkl")
+    return os.path.join(directory, hashlib.sha1(label.encode()).hexdigest()[:16] + ".npz")
+
+
+def save_teacher(teacher: Teacher, path: str) -> None:
+    """Writes `teacher` to `path` (atomically) as a numpy .npz of plain arrays (no pickle)."""
+    arrays = {"label": np.array(teacher.label), "ratio": np.array(teacher.ratio), "weights": teacher.weights}
+    for field in dataclasses.fields(observation.GraphStatics):
+        value = getattr(teacher.statics, field.name)
+        if isinstance(value, tuple):  # `members`: one array per step, stored end to end
+            arrays[f"statics/{field.name}"] = np.concatenate(value) if value else np.zeros(0, np.int64)
+            arrays[f"statics/{field.name}/lengths"] = np.array([len(v) for v in value], np.int64)
+        else:
+            arrays[f"statics/{field.name}"] = np.asarray(value)
+    for name, value in teacher.experience._asdict().items():
+        if isinstance(value, dict):
+            arrays.update({f"experience/{name}/{key}": x for key, x in value.items()})
+        elif not isinstance(value, tuple):  # policy_info is () for a replay
+            arrays[f"experience/{name}"] = value
+    with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(path) or ".", delete=False) as f:
+        np.savez(f, **arrays)
+    os.replace(f.name, path)
+
+
+def load_teacher(path: str) -> Teacher:
+    """The Teacher `save_teacher` wrote to `path`."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    statics = {}
+    for field in dataclasses.fields(observation.GraphStatics):
+        value = arrays[f"statics/{field.name}"]
+        lengths = arrays.get(f"statics/{field.name}/lengths")
+        if lengths is not None:
+            value = tuple(np.split(value, np.cumsum(lengths)[:-1]))
+        elif value.ndim == 0:
+            value = value.item()
+        statics[field.name] = value
+    observations = {key.split("/")[2]: x for key, x in arrays.items() if key.startswith("experience/observation/")}
+    experience = trajectory.Trajectory(**{
+        name: observations if name == "observation" else arrays.get(f"experience/{name}", ())
+        for name in trajectory.Trajectory._fields})
+    return Teacher(str(arrays["label"]), float(arrays["ratio"]), observation.GraphStatics(**statics), experience,
+                   arrays["weights"])
 
 
 def _teach_and_save(sources: Sequence, clusters: Sequence, directory: str) -> int:
-    """Makes and pickles (atomically) the teachers of `sources` x `clusters` not in `directory`."""
+    """Makes and saves (`save_teacher`) the teachers of `sources` x `clusters` not in `directory`."""
     problems, labels = problems_for(sources, clusters)
     for problem, label in zip(problems, labels):
         path = _file(directory, label)
         if not os.path.exists(path):
-            with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as f:
-                pickle.dump(make_teacher(problem, label), f)
-            os.replace(f.name, path)
+            save_teacher(make_teacher(problem, label), path)
     return len(labels)
 
 
@@ -140,8 +180,7 @@ def teach(sources: Sequence, clusters: Sequence, directory: str, sources_per_pro
     for source, row in zip(sources, labels):
         if isinstance(source, str):
             for label in row:
-                with open(_file(directory, label), "rb") as f:
-                    teachers.append(pickle.load(f))
+                teachers.append(load_teacher(_file(directory, label)))
         else:  # an OpGraph or a graph already in memory: nothing to leak, nothing to name it by
             problems, own = problems_for([source], clusters)
             teachers += [make_teacher(p, label) for p, label in zip(problems, own)]
