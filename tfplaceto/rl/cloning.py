@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.specs import array_spec, tensor_spec
+from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
@@ -60,8 +60,8 @@ from tfplaceto.problem import Problem
 from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import replay_placement
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
-from tfplaceto.rl.environment import PlacementEnvironment
-from tfplaceto.rl.train import problems_for
+from tfplaceto.rl.environment import PlacementEnvironment, action_spec_for
+from tfplaceto.rl.train import problem_label, problems_for
 from tfplaceto.search import best_baseline, climbed_baseline
 
 
@@ -164,7 +164,7 @@ def teach(sources: Sequence, clusters: Sequence, directory: str, sources_per_pro
     `sources_per_process` to a child process, `workers` at a time; others in this process."""
     os.makedirs(directory, exist_ok=True)
     clusters = [as_cluster(c) for c in clusters]
-    labels = [[f"{s}@{c.name}" if isinstance(s, str) else None for c in clusters] for s in sources]
+    labels = [[problem_label(s, c) if isinstance(s, str) else None for c in clusters] for s in sources]
     missing = [s for s, row in zip(sources, labels) if not all(x and os.path.exists(_file(directory, x)) for x in row)]
     bar = tqdm(total=len(sources) * len(clusters), initial=(len(sources) - len(missing)) * len(clusters),
                unit="teacher", desc="teachers", dynamic_ncols=True, disable=not progress)
@@ -207,7 +207,7 @@ def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, le
     dims = observation.dims_for([t.statics for t in teachers])
     packed = as_tensors(observation.pack([t.statics for t in teachers], dims))
     time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation.observation_spec(dims)))
-    action_spec = tensor_spec.from_spec(array_spec.BoundedArraySpec((), np.int32, 0, dims.devices - 1))
+    action_spec = tensor_spec.from_spec(action_spec_for(dims))
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=0.0, max_train_steps=None, seed=seed)
     imitation = tf.constant([1.0])  # the one lane is a teacher's: its every step is cloned

@@ -72,6 +72,11 @@ INITIAL_NAMES = ("random", "single", "baseline")
 SCHEDULES = ("placement", "visited")  # what an observation's schedule describes (`schedule`)
 
 
+def action_spec_for(dims: Dims) -> array_spec.BoundedArraySpec:
+    """The action spec of an environment at `dims`: a device index, padded devices included."""
+    return array_spec.BoundedArraySpec((), np.int32, 0, dims.devices - 1, name="device")
+
+
 def placement_cost(step_time_s: float, peak_bytes: np.ndarray, memory_bytes: np.ndarray,
                    oom_penalty: float) -> float:
     """T, or T * (1 + oom_penalty * (1 + overflow)) when a peak exceeds its device's memory."""
@@ -194,8 +199,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         self._shared_start = shared_start and same_problem
         self._cache: dict = {}
         self._observation_spec = observation_spec(self._dims)
-        self._action_spec = array_spec.BoundedArraySpec((), np.int32, 0, self._dims.devices - 1,
-                                                        name="device")
+        self._action_spec = action_spec_for(self._dims)
         self._best = [Best() for _ in self._problems]
         self._lanes = [_Lane() for _ in range(batch_size)]
         self._summaries: list[dict] = []

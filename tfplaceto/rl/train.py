@@ -11,7 +11,7 @@
   _Selection           model selection: the best policy alone evaluated during training.
   _WeightAverage       an exponential moving average of the weights: what selection evaluates and
                        the run exports, with `average_weights`.
-  problems_for(sources, clusters)  Problems (and labels) of every source on every cluster.
+  problems_for(sources, clusters)  Problems (and labels, `problem_label`) of every source on every cluster.
 Running a policy (`collect`, `Actor`, `greedy_placements`) is `tfplaceto.rl.acting`;
 `tfplaceto.train` (sources x clusters, embedded or with Reverb actors) is
 `tfplaceto.rl.learner.train_sources`.
@@ -42,7 +42,7 @@ import tensorflow as tf
 from tf_agents.policies import policy_saver
 
 from tfplaceto import errors
-from tfplaceto.cluster import as_cluster
+from tfplaceto.cluster import Cluster, as_cluster
 from tfplaceto.costs import profile
 from tfplaceto.graph import OpGraph, import_graph
 from tfplaceto.graph.implementations import target_device_type
@@ -572,5 +572,11 @@ def problems_for(sources: Sequence, clusters: Sequence) -> tuple[list[Problem], 
                 imported[kind] = source if isinstance(source, OpGraph) else import_graph(source, cluster=cluster)
             op_graph = imported[kind]
             problems.append(make_problem(op_graph, cluster, profile(op_graph, cluster)))
-            labels.append(f"{source if isinstance(source, str) else repr(op_graph)}@{cluster.name}")
+            labels.append(problem_label(source if isinstance(source, str) else op_graph, cluster))
     return problems, labels
+
+
+def problem_label(source, cluster: Cluster) -> str:
+    """"source@cluster": how `problems_for` names a problem (a source that is not a string by the
+    repr of its OpGraph)."""
+    return f"{source if isinstance(source, str) else repr(source)}@{cluster.name}"
