@@ -37,6 +37,17 @@ def load_script(path: str) -> ModuleType:
 
 
 @pytest.fixture(autouse=True)
+def _no_gin_bindings():
+    """Every test ends with no gin bindings: a `tfplaceto train` command a test runs leaves its
+    configuration parsed in the process, and a later test's `train()` would take it (a CLI test
+    with train.gin made test_rl's zero-learning-rate control learn)."""
+    yield
+    import gin
+
+    gin.clear_config()
+
+
+@pytest.fixture(autouse=True)
 def _seeded():
     import tensorflow as tf
 
