@@ -60,28 +60,31 @@ def teach(members: str, cache: str, run: str | None) -> None:
         print(f"{teacher.label:40} teacher / best baseline {teacher.ratio:.3f}")
 
 
-def clone(policy_dir: str, cache: str, out: str, updates: int, learning_rate: float, per_update: int,
-          seed: int) -> None:
+def clone(policy_dir: str, caches: list[str], out: str, updates: int, learning_rate: float, per_update: int,
+          seed: int, schedule: str) -> None:
     """Step 2 (module docstring)."""
     from tfplaceto.policy.checkpoint import resolve_policy, save_policy
     from tfplaceto.rl import cloning
 
     began = time.perf_counter()
-    teachers = [cloning.load_teacher(path) for path in sorted(glob.glob(os.path.join(cache, "*.npz")))]
+    teachers = [cloning.load_teacher(path) for cache in caches
+                for path in sorted(glob.glob(os.path.join(cache, "*.npz")))]
     if not teachers:
-        raise SystemExit(f"no teachers in {cache}: run --teach first")
+        raise SystemExit(f"no teachers in {' '.join(caches)}: run --teach first")
     print(f"{len(teachers)} teachers, teacher / best baseline {np.mean([t.ratio for t in teachers]):.3f} "
           "on average", flush=True)
-    network = resolve_policy(policy_dir)
-    losses = cloning.clone(network, teachers, updates, learning_rate, per_update, seed)
-    save_policy(network, out, notes={"cloned_from": policy_dir, "updates": updates, "teachers": len(teachers)})
+    network = resolve_policy(policy_dir, seed)  # 'untrained': fresh weights seeded by --seed
+    losses = cloning.clone(network, teachers, updates, learning_rate, per_update, seed, schedule=schedule)
+    save_policy(network, out, notes={"cloned_from": policy_dir, "updates": updates, "teachers": len(teachers),
+                                     "schedule": schedule})
     print(f"cloning loss {losses[0]:.4f} -> {np.mean(losses[-per_update:]):.4f} in "
           f"{time.perf_counter() - began:.0f} s; policy: {out}")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cache", required=True, help="the teachers' directory")
+    parser.add_argument("--cache", required=True, nargs="+",
+                        help="the teachers' directory (step 2: one or more)")
     parser.add_argument("--teach", metavar="MEMBERS", help="step 1 for these members, e.g. 3-20")
     parser.add_argument("--run", help="with --teach 0-2: that training run's best placements as teachers")
     parser.add_argument("--policy", help="step 2: the policy directory to clone into (or 'untrained')")
@@ -90,12 +93,15 @@ def main(argv=None) -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--per-update", type=int, default=9)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--schedule", default="constant", help="Adam's step size over the updates: constant, cosine")
     args = parser.parse_args(argv)
     if args.teach:
-        os.makedirs(args.cache, exist_ok=True)
-        teach(args.teach, args.cache, args.run)
+        if len(args.cache) != 1:
+            parser.error("--teach writes to one --cache directory")
+        os.makedirs(args.cache[0], exist_ok=True)
+        teach(args.teach, args.cache[0], args.run)
     elif args.policy and args.out:
-        clone(args.policy, args.cache, args.out, args.updates, args.lr, args.per_update, args.seed)
+        clone(args.policy, args.cache, args.out, args.updates, args.lr, args.per_update, args.seed, args.schedule)
     else:
         parser.error("give --teach MEMBERS, or --policy and --out")
 

@@ -111,3 +111,29 @@ def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_t
     assert main([*command[:-2], "--gin-param", "clone_teachers.family_members = -1", "--episodes", "2",
                  "--logdir", str(tmp_path / "bad")]) == 2
     assert "clone_teachers.family_members" in capsys.readouterr().err
+
+
+def test_a_cosine_schedule_ends_cloning_with_steps_near_zero_and_a_bad_one_is_refused(monkeypatch):
+    from tfplaceto.rl.agent import PlacetoAgent
+
+    problem = layered(seed=2, devices=3)
+    teachers = [make_teacher(problem, "layered/2")]
+    moved = {}
+    train_averaged = PlacetoAgent.train_averaged
+
+    def measured(agent, batches):  # how far each update moves the weights
+        before = [v.numpy() for v in agent._network.trainable_variables]
+        info = train_averaged(agent, batches)
+        moved.setdefault(agent, []).append(max(np.abs(v.numpy() - b).max() for v, b in
+                                               zip(agent._network.trainable_variables, before)))
+        return info
+
+    monkeypatch.setattr(PlacetoAgent, "train_averaged", measured)
+    for schedule in ("constant", "cosine"):
+        network = PlacetoNetwork(hidden=16, rounds=2, seed=0, view="placed", nodes_on_device=True)
+        clone(network, teachers, updates=10, learning_rate=1e-2, per_update=1, progress=False, schedule=schedule)
+    constant, cosine = moved.values()
+    assert constant[-1] > 0.5 * constant[0]  # Adam's steps keep their size
+    assert cosine[-1] < 0.05 * cosine[0]
+    with pytest.raises(tp.errors.InvalidArgumentError, match="schedule"):
+        clone(network, teachers, updates=1, progress=False, schedule="linear")

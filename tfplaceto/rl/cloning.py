@@ -198,16 +198,27 @@ def _padded(experience, dims: observation.Dims):
     return experience._replace(observation=fields)
 
 
+SCHEDULES = ("constant", "cosine")
+
+
 def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, learning_rate: float = 1e-3,
-          per_update: int = 9, seed: int = 0, progress: bool = True) -> list[float]:
+          per_update: int = 9, seed: int = 0, progress: bool = True, schedule: str = "constant") -> list[float]:
     """Behaviour cloning of `teachers` into `network`'s weights: `updates` Adam updates, each on
     the mean gradient of `per_update` teachers (every teacher once before any twice, in an
     order drawn from `seed`). Returns each update's loss (the mean over its teachers of the
-    negative log-likelihood per step of the teacher's device)."""
+    negative log-likelihood per step of the teacher's device).
+
+    `schedule`: Adam's step size, "constant" (`learning_rate` throughout) or "cosine" (from
+    `learning_rate` down to 0 at the last update): with a constant step the last weights are one
+    draw of a noisy walk, and which draw depends on the order of the updates."""
     dims = observation.dims_for([t.statics for t in teachers])
     packed = as_tensors(observation.pack([t.statics for t in teachers], dims))
     time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation.observation_spec(dims)))
     action_spec = tensor_spec.from_spec(action_spec_for(dims))
+    if schedule not in SCHEDULES:
+        raise errors.InvalidArgumentError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if schedule == "cosine":
+        learning_rate = tf.keras.optimizers.schedules.CosineDecay(learning_rate, max(updates, 1))
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
                          entropy_coefficient=0.0, max_train_steps=None, seed=seed)
     imitation = tf.constant([1.0])  # the one lane is a teacher's: its every step is cloned
@@ -231,8 +242,8 @@ def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, le
 @gin.configurable(denylist=["sources", "clusters", "directory", "seed", "progress"])
 def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None, seed: int = 0,
                    progress: bool = True, updates: int = 0, family_members: int = 0, learning_rate: float = 1e-3,
-                   per_update: int = 9, sources_per_process: int = 3,
-                   workers: int = 1) -> Callable[[PlacetoNetwork], dict] | None:
+                   per_update: int = 9, sources_per_process: int = 3, workers: int = 1,
+                   schedule: str = "constant") -> Callable[[PlacetoNetwork], dict] | None:
     """The teacher phase (module docstring) as `train`'s `pretrain`: None when `updates` is 0
     (the default: off). Its arguments are checked here, before any graph is imported.
 
@@ -248,6 +259,9 @@ def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None,
                                ("workers", workers, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise errors.InvalidArgumentError(f"clone_teachers.{name} must be an integer >= {least}, got {value!r}")
+    if schedule not in SCHEDULES:
+        raise errors.InvalidArgumentError(f"clone_teachers.schedule must be one of {', '.join(SCHEDULES)}, "
+                                          f"got {schedule!r}")
     if not updates:
         return None
 
@@ -256,9 +270,9 @@ def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None,
         with tempfile.TemporaryDirectory() if directory is None else contextlib.nullcontext(directory) as where:
             teachers = teach(teacher_sources(sources, family_members), clusters, where, sources_per_process,
                              workers, progress)
-        losses = clone(network, teachers, updates, learning_rate, per_update, seed, progress)
+        losses = clone(network, teachers, updates, learning_rate, per_update, seed, progress, schedule)
         tail = max(1, min(len(losses), len(teachers) // per_update))  # about one pass over the teachers
-        return {"teachers": len(teachers), "updates": updates,
+        return {"teachers": len(teachers), "updates": updates, "schedule": schedule,
                 "teacher_over_best_baseline": float(np.exp(np.mean(np.log([t.ratio for t in teachers])))),
                 "loss_first": losses[0], "loss_last": float(np.mean(losses[-tail:])),
                 "wall_s": time.perf_counter() - began}
