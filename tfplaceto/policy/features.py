@@ -59,17 +59,19 @@ NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
 DEVICE_FEATURES = 17
 TRANSFER_COST_FEATURES = {"edge": 1, "device": 1}  # the columns `transfer_costs` adds
+LOOKAHEAD_FEATURES = 2  # the device columns `lookahead` adds
 CLIP = 10.0
 VIEWS = ("full", "placed", "scheduled")
 SCHEDULE_OF = {"full": "placement", "placed": "placement", "scheduled": "visited"}
 
 
-def widths(transfer_costs: bool = False) -> dict[str, int]:
+def widths(transfer_costs: bool = False, lookahead: bool = False) -> dict[str, int]:
     """The width of each kind of feature (what a policy directory records), with or without
-    the `transfer_costs` columns."""
+    the `transfer_costs` and `lookahead` columns."""
     return {"node": NODE_FEATURES,
             "edge": EDGE_FEATURES + TRANSFER_COST_FEATURES["edge"] * transfer_costs,
-            "device": DEVICE_FEATURES + TRANSFER_COST_FEATURES["device"] * transfer_costs}
+            "device": DEVICE_FEATURES + TRANSFER_COST_FEATURES["device"] * transfer_costs
+            + LOOKAHEAD_FEATURES * lookahead}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,8 @@ class Features:
     action_mask: object  # (B, D) bool
 
 
-def compute_features(statics: dict, obs: dict, view: str = "full", transfer_costs: bool = False) -> Features:
+def compute_features(statics: dict, obs: dict, view: str = "full", transfer_costs: bool = False,
+                     lookahead: bool = False) -> Features:
     """Node, edge and (class, device) features of a batch of observations (TensorFlow) as `view`
     sees them (module docstring: "full", "placed" or "scheduled"), with `transfer_costs` one
     column more of edges and of devices.
@@ -113,6 +116,11 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
     the case for the class's outputs (its consumers are not yet visited), so a policy sees what
     leaving its inputs' device costs, but not what its consumers pay to come back (a split's
     other half).
+    `lookahead`: the work the episode has yet to visit, relative to a fair share: of the nodes
+    that may run at the same time as the class, and of its descendants (the same for every
+    device). Why: in topological order the class that begins a branch is placed before any of
+    the work in parallel with it is visited, so the visited work alone cannot tell a branch
+    worth its own device from one that is not.
     """
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
@@ -281,6 +289,11 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
         per_device * tf.math.log(devices_f),  # (B, 1) broadcast
         per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
     ]
+    if lookahead:
+        unvisited = node_mask * (1.0 - obs[VISITED]) * (1.0 - current) * fastest
+        parallel = tf.reduce_sum(unvisited * (1.0 - ancestors) * (1.0 - descendants), -1, keepdims=True)
+        below = tf.reduce_sum(unvisited * descendants, -1, keepdims=True)
+        device_columns += [per_device * tf.clip_by_value(x / fair_share, 0.0, CLIP) for x in (parallel, below)]
     if transfer_costs:  # the class's outputs sent from d to another device, wherever they go
         out_count = tf.reduce_sum(out_mask, -1, keepdims=True)
         out_transfer = tf.reduce_sum(out_mask * at_edges("transfer_bytes", out_edges), -1, keepdims=True)
