@@ -211,12 +211,12 @@ def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, le
     `schedule`: Adam's step size, "constant" (`learning_rate` throughout) or "cosine" (from
     `learning_rate` down to 0 at the last update): with a constant step the last weights are one
     draw of a noisy walk, and which draw depends on the order of the updates."""
+    if schedule not in SCHEDULES:
+        raise errors.InvalidArgumentError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     dims = observation.dims_for([t.statics for t in teachers])
     packed = as_tensors(observation.pack([t.statics for t in teachers], dims))
     time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation.observation_spec(dims)))
     action_spec = tensor_spec.from_spec(action_spec_for(dims))
-    if schedule not in SCHEDULES:
-        raise errors.InvalidArgumentError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if schedule == "cosine":
         learning_rate = tf.keras.optimizers.schedules.CosineDecay(learning_rate, max(updates, 1))
     agent = PlacetoAgent(time_step_spec, action_spec, network, packed, learning_rate=learning_rate,
