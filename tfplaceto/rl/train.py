@@ -330,7 +330,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         the saved policy then acts. Not in train.gin: passes 2 validated no better than 1 over
         four seeds (docs/RESULTS.md, session 26), nor transfer_costs over three (better on
         cifar10-cells, worse on nmt-variants; session 31), nor device_context over three
-        (session 32).
+        (session 32), nor lookahead over two (session 35; with a teacher phase, better over
+        three, docs/RESULTS.md).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay,
         credit: see PlacetoAgent. Not in train.gin: weight_decay 0.1 validated no better than 0
         over four seeds (docs/RESULTS.md, session 30), nor credit "episode" over three (session
