@@ -95,6 +95,7 @@ def roll_out(members: str, policy_dir: str, cache: str, out: str) -> None:
         n, taught_actions = problem.num_nodes, teacher.experience.action
         own, taught = (x.observation[observation.PLACEMENT][0, -1, :n] for x in (experience, teacher.experience))
         simulate = problem.simulator().run
+        taught_s = simulate(taught)[0]
         # Devices alike (type, model, memory) are interchangeable when renaming them leaves the
         # simulated step time as it is: then the teacher is named as the policy names its devices.
         kinds = np.array([hash((d.type, d.model, d.memory_bytes)) for d in problem.cluster.devices])
@@ -103,12 +104,12 @@ def roll_out(members: str, policy_dir: str, cache: str, out: str) -> None:
         rows, cols = linear_sum_assignment(np.where(kinds[:, None] == kinds[None, :], -counts, 1e9))
         rename = np.arange(len(kinds))
         rename[rows] = cols
-        if abs(simulate(rename[taught])[0] - simulate(taught)[0]) <= 1e-9 * simulate(taught)[0]:
+        if abs(simulate(rename[taught])[0] - taught_s) <= 1e-9 * taught_s:
             taught_actions = rename[taught_actions]
         labelled = experience._replace(action=taught_actions.astype(teacher.experience.action.dtype), policy_info=())
         cloning.save_teacher(cloning.Teacher(label + "#rollout", teacher.ratio, teacher.statics, labelled, weights),
                              cloning._file(out, label + "#rollout"))
-        print(f"{label:40} policy / teacher {simulate(own)[0] / simulate(taught)[0]:.3f}  "
+        print(f"{label:40} policy / teacher {simulate(own)[0] / taught_s:.3f}  "
               f"steps as the teacher's {np.mean(experience.action == taught_actions):.3f}", flush=True)
 
 

@@ -266,8 +266,8 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
     # "placed": only visited work that may run at the same time as the class (neither its ancestor
     # nor its descendant), where a parallel branch would wait; the visited work of its ancestors
     # is on the devices its inputs already name.
-    counted = obs[VISITED] * (node_mask * (1.0 - ancestors) * (1.0 - descendants) * (1.0 - current)
-                              if placed else 1.0)
+    beside = node_mask * (1.0 - ancestors) * (1.0 - descendants) * (1.0 - current)  # may run with the class
+    counted = obs[VISITED] * (beside if placed else 1.0)
     visited_compute = tf.einsum("bn,bnd->bd", counted * fastest, on_device)
     fair_share = tf.maximum(tf.reduce_sum(fastest * node_mask, -1, keepdims=True) / devices_f, 1e-9)
     per_device = tf.ones_like(allowed_f)
@@ -290,9 +290,9 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
         per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
     ]
     if lookahead:
-        unvisited = node_mask * (1.0 - obs[VISITED]) * (1.0 - current) * fastest
-        parallel = tf.reduce_sum(unvisited * (1.0 - ancestors) * (1.0 - descendants), -1, keepdims=True)
-        below = tf.reduce_sum(unvisited * descendants, -1, keepdims=True)
+        unvisited = (1.0 - obs[VISITED]) * fastest
+        parallel = tf.reduce_sum(unvisited * beside, -1, keepdims=True)
+        below = tf.reduce_sum(unvisited * node_mask * descendants, -1, keepdims=True)
         device_columns += [per_device * tf.clip_by_value(x / fair_share, 0.0, CLIP) for x in (parallel, below)]
     if transfer_costs:  # the class's outputs sent from d to another device, wherever they go
         out_count = tf.reduce_sum(out_mask, -1, keepdims=True)
