@@ -59,19 +59,19 @@ NODE_FEATURES = STATIC_NODE_FEATURES + 8
 EDGE_FEATURES = 3
 DEVICE_FEATURES = 17
 TRANSFER_COST_FEATURES = {"edge": 1, "device": 1}  # the columns `transfer_costs` adds
-LOOKAHEAD_FEATURES = 2  # the device columns `lookahead` adds
+UNVISITED_WORK_FEATURES = 2  # the device columns `unvisited_work` adds
 CLIP = 10.0
 VIEWS = ("full", "placed", "scheduled")
 SCHEDULE_OF = {"full": "placement", "placed": "placement", "scheduled": "visited"}
 
 
-def widths(transfer_costs: bool = False, lookahead: bool = False) -> dict[str, int]:
+def widths(transfer_costs: bool = False, unvisited_work: bool = False) -> dict[str, int]:
     """The width of each kind of feature (what a policy directory records), with or without
-    the `transfer_costs` and `lookahead` columns."""
+    the `transfer_costs` and `unvisited_work` columns."""
     return {"node": NODE_FEATURES,
             "edge": EDGE_FEATURES + TRANSFER_COST_FEATURES["edge"] * transfer_costs,
             "device": DEVICE_FEATURES + TRANSFER_COST_FEATURES["device"] * transfer_costs
-            + LOOKAHEAD_FEATURES * lookahead}
+            + UNVISITED_WORK_FEATURES * unvisited_work}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Features:
 
 
 def compute_features(statics: dict, obs: dict, view: str = "full", transfer_costs: bool = False,
-                     lookahead: bool = False) -> Features:
+                     unvisited_work: bool = False) -> Features:
     """Node, edge and (class, device) features of a batch of observations (TensorFlow) as `view`
     sees them (module docstring: "full", "placed" or "scheduled"), with `transfer_costs` one
     column more of edges and of devices.
@@ -116,7 +116,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
     the case for the class's outputs (its consumers are not yet visited), so a policy sees what
     leaving its inputs' device costs, but not what its consumers pay to come back (a split's
     other half).
-    `lookahead`: the work the episode has yet to visit, relative to a fair share: of the nodes
+    `unvisited_work`: the work the episode has yet to visit, relative to a fair share: of the nodes
     that may run at the same time as the class, and of its descendants (the same for every
     device). Why: in topological order the class that begins a branch is placed before any of
     the work in parallel with it is visited, so the visited work alone cannot tell a branch
@@ -289,7 +289,7 @@ def compute_features(statics: dict, obs: dict, view: str = "full", transfer_cost
         per_device * tf.math.log(devices_f),  # (B, 1) broadcast
         per_device * tf.cast(tf.reduce_sum(in_bytes, -1, keepdims=True) > 0, tf.float32),
     ]
-    if lookahead:
+    if unvisited_work:
         unvisited = (1.0 - obs[VISITED]) * fastest
         parallel = tf.reduce_sum(unvisited * beside, -1, keepdims=True)
         below = tf.reduce_sum(unvisited * node_mask * descendants, -1, keepdims=True)

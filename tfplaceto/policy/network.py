@@ -244,13 +244,13 @@ class PlacetoNetwork(snt.Module):
       transfer_costs: the network also sees what moving a tensor off a device costs whatever
         the placement (`features.compute_features`): one edge and one device feature more.
       device_context: the scorer scores the devices together (`DeviceScorer`).
-      lookahead: the network also sees the work not yet visited that may run beside the class
+      unvisited_work: the network also sees the work not yet visited that may run beside the class
         and below it (`features.compute_features`): two device features more.
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
-                 transfer_costs: bool = False, device_context: bool = False, lookahead: bool = False,
+                 transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
                  name: str = "placeto_network"):
         super().__init__(name=name)
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
@@ -262,7 +262,7 @@ class PlacetoNetwork(snt.Module):
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
                         "transfer_costs": bool(transfer_costs), "device_context": bool(device_context),
-                        "lookahead": bool(lookahead)}
+                        "unvisited_work": bool(unvisited_work)}
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -310,12 +310,12 @@ class PlacetoNetwork(snt.Module):
     @property
     def feature_widths(self) -> dict[str, int]:
         """The widths of the features this network reads (`features.widths`)."""
-        return F.widths(self._config["transfer_costs"], self._config["lookahead"])
+        return F.widths(self._config["transfer_costs"], self._config["unvisited_work"])
 
     def features(self, statics: dict, observation: dict) -> F.Features:
         """The features this network reads of a batch of observations (its view, its columns)."""
         return F.compute_features(statics, observation, self._config["view"], self._config["transfer_costs"],
-                                  self._config["lookahead"])
+                                  self._config["unvisited_work"])
 
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
         return self.score(statics, observation, self.embed(statics, observation))

@@ -309,7 +309,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           select_problems: int = 6, self_imitation: float = 0.0, imitate_baseline: bool | str = False,
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
           average_weights: float = 0.0, problems_per_update: int = 1, weight_decay: float = 0.0,
-          credit: str = "to_go", transfer_costs: bool = False, device_context: bool = False, lookahead: bool = False,
+          credit: str = "to_go", transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
           collector: Callable | None = None, reproducible: bool = True,
           pretrain: Callable[[PlacetoNetwork], dict | None] | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
@@ -325,12 +325,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
         uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
       hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs,
-        device_context, lookahead: the network (`PlacetoNetwork`; ignored when `network` is given);
+        device_context, unvisited_work: the network (`PlacetoNetwork`; ignored when `network` is given);
         `passes`: the episodes place every class that many times (`PlacementEnvironment`), as
         the saved policy then acts. Not in train.gin: passes 2 validated no better than 1 over
         four seeds (docs/RESULTS.md, session 26), nor transfer_costs over three (better on
         cifar10-cells, worse on nmt-variants; session 31), nor device_context over three
-        (session 32), nor lookahead over two (session 35; with a teacher phase, better over
+        (session 32), nor unvisited_work over two (session 35; with a teacher phase, better over
         three, docs/RESULTS.md).
       learning_rate, gradient_clipping, discount, max_train_steps, exploration, weight_decay,
         credit: see PlacetoAgent. Not in train.gin: weight_decay 0.1 validated no better than 0
@@ -391,7 +391,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
                                             view=view, nodes_on_device=nodes_on_device, passes=passes,
                                             transfer_costs=transfer_costs, device_context=device_context,
-                                            lookahead=lookahead)
+                                            unvisited_work=unvisited_work)
         env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                    oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize,
                                    **network.acting)
