@@ -256,7 +256,6 @@ def test_transfer_costs_price_every_edge_and_the_class_outputs_whatever_the_view
                                                "device": F.DEVICE_FEATURES}
 
 
-
 def test_unvisited_work_is_the_work_beside_and_below_the_class(tmp_path):
     # a (1 ms) -> (b 2 ms, c 3 ms) -> d (1 ms) on 2 GPUs and a CPU: a fair share is 7/3 ms.
     problem = diamond_problem("2xV100")
@@ -266,15 +265,16 @@ def test_unvisited_work_is_the_work_beside_and_below_the_class(tmp_path):
     for step, visited, beside, below in ((0, [0, 0, 0, 0], 0.0, 6.0), (b, [1, 0, 0, 0], 3.0, 1.0)):
         obs = _observed(problem, step, placement, np.array(visited, float))
         plain = F.compute_features(packed, obs, "placed").devices.numpy()[0]
-        seen = F.compute_features(packed, obs, "placed", unvisited_work=True).devices.numpy()[0]
-        assert seen.shape[-1] == F.widths(unvisited_work=True)["device"] == plain.shape[-1] + 2
-        np.testing.assert_array_equal(seen[:, :-2], plain)
+        with_work = F.compute_features(packed, obs, "placed", unvisited_work=True).devices.numpy()[0]
+        assert with_work.shape[-1] == F.widths(unvisited_work=True)["device"] == plain.shape[-1] + 2
+        np.testing.assert_array_equal(with_work[:, :-2], plain)
         d = problem.num_devices
-        np.testing.assert_allclose(seen[:d, -2:], [[beside / (7 / 3), below / (7 / 3)]] * d, rtol=1e-5)
+        np.testing.assert_allclose(with_work[:d, -2:], [[beside / (7 / 3), below / (7 / 3)]] * d, rtol=1e-5)
     network = PlacetoNetwork(hidden=8, rounds=2, seed=0, view="placed", unvisited_work=True)
     network(packed, obs)
     save_policy(network, str(tmp_path / "policy"))
     assert load_policy(str(tmp_path / "policy")).config["unvisited_work"]
+
 
 def _scorer_logits(scorer, devices, mask):
     """A `DeviceScorer`'s logits of one observation with these device features (B=1)."""
