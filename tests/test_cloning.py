@@ -90,6 +90,12 @@ def test_teacher_sources_add_the_first_members_of_each_family_trained_on():
     assert teacher_sources(sources, 0) == sources
 
 
+def test_teacher_sources_never_add_the_validation_or_held_out_members():
+    added = teacher_sources(["builtin:cifar10-cells/0"], 112)[1:]
+    members = [int(source.rsplit("/", 1)[1]) for source in added]
+    assert members == [m for m in range(1, 112) if not 50 <= m <= 55 and not 100 <= m <= 109]
+
+
 def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_them(tmp_path, capsys):
     logdir = tmp_path / "run"
     command = ["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(logdir), "--num-graphs", "1",

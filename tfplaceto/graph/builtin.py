@@ -9,6 +9,7 @@ Map of the file:
   build(name)              "inception_v3" -> (compiled model, batch); "cifar10-cells/7" -> family
                            member with seed 7 ("cifar10-cells" alone is seed 0).
   family(name, seed)       one member of a graph family.
+  EVALUATION_MEMBERS       the family members the project's figures judge policies on.
   covering_members         family members whose plans together cover the family's choices.
   describe()               (name, description) rows for `tfplaceto models`.
   _fresh_layer_names       auto-generated Keras layer names restart from zero for each build.
@@ -147,6 +148,12 @@ def family(name: str, seed: int) -> tuple[Any, int]:
             f"the seed of built-in family {name!r} must be an int >= 0, got {seed!r}")
     with _fresh_layer_names():
         return entry.builder(seed), entry.batch_size
+
+
+# Family members the project's figures judge trained policies on, so nothing trains on them:
+# validation members 50-55 (which seed of a command to ship) and held-out members 100-109 (the
+# zero-shot figures of record; docs/RESULTS.md). The teacher phase skips them.
+EVALUATION_MEMBERS = frozenset(range(50, 56)) | frozenset(range(100, 110))
 
 
 def covering_members(name: str, count: int, candidates: Iterable[int] = range(50)) -> list[int]:

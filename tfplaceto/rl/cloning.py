@@ -14,7 +14,8 @@ every step: `PlacetoAgent`'s imitation lanes with weight 1, no entropy bonus). M
   make_teacher(problem, label)   a Teacher (the baselines, the climb, the replay): the same
                        for every run, whatever its seed, so runs can share them.
   teacher_sources(sources, family_members)   the sources plus the first members of each
-                       built-in family among them: more members to clone than to train on.
+                       built-in family among them (not the validation and held-out members):
+                       more members to clone than to train on.
   save_teacher, load_teacher   a Teacher as a numpy .npz file (plain arrays, no pickle).
   teach(sources, clusters, directory)  the Teachers of every source on every cluster,
                        saved in `directory` (a rerun makes only the missing ones). Named
@@ -53,7 +54,7 @@ from tf_agents.trajectories import trajectory
 from tfplaceto import errors
 from tfplaceto.cluster import as_cluster
 from tfplaceto.graph import BUILTIN_PREFIX
-from tfplaceto.graph.builtin import check_name
+from tfplaceto.graph.builtin import EVALUATION_MEMBERS, check_name
 from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
@@ -92,13 +93,16 @@ def make_teacher(problem: Problem, label: str, placement: np.ndarray | None = No
 
 def teacher_sources(sources: Sequence, family_members: int) -> list:
     """`sources`, then members 0 .. family_members - 1 of every built-in family a source is a
-    member of ("builtin:cifar10-cells/3" is one of cifar10-cells) that are not already there."""
+    member of ("builtin:cifar10-cells/3" is one of cifar10-cells) that are not already there,
+    less the members the project's figures judge policies on (`builtin.EVALUATION_MEMBERS`:
+    50-55 and 100-109), so that a clone is never validated or tested on what it imitated."""
     extra: list[str] = []
     for source in sources:
         if isinstance(source, str) and source.startswith(BUILTIN_PREFIX):
             entry, _ = check_name(source[len(BUILTIN_PREFIX):])
             if entry.kind == "family":
-                extra += [f"{BUILTIN_PREFIX}{entry.name}/{m}" for m in range(family_members)]
+                extra += [f"{BUILTIN_PREFIX}{entry.name}/{m}" for m in range(family_members)
+                          if m not in EVALUATION_MEMBERS]
     return list(sources) + [s for s in dict.fromkeys(extra) if s not in sources]
 
 
@@ -248,9 +252,10 @@ def clone_teachers(sources: Sequence, clusters: Sequence, directory: str | None,
     (the default: off). Its arguments are checked here, before any graph is imported.
 
     The phase makes teachers for every training source and, for built-in family members, for
-    members 0 .. family_members - 1 of their families too (`teacher_sources`), on every cluster,
-    kept in `directory` (a temporary one when None); then `updates` cloning updates (`clone`,
-    in an order drawn from `seed`) into the network it is called with. It returns the record
+    members 0 .. family_members - 1 of their families too (`teacher_sources`: never the
+    validation and held-out members 50-55 and 100-109), on every cluster, kept in `directory`
+    (a temporary one when None); then `updates` cloning updates (`clone`, in an order drawn
+    from `seed`) into the network it is called with. It returns the record
     `train` keeps in its state and summary. The teachers do not depend on the seed: runs of
     several seeds can share a `directory` (copy it into each logdir) and make them once.
     """
