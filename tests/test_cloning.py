@@ -12,6 +12,7 @@ from conftest import layered
 import tfplaceto as tp
 from tfplaceto.cli import main
 from tfplaceto.cluster import as_cluster
+from tfplaceto.policy.checkpoint import load_policy
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.policy.observation import Dims
 from tfplaceto.rl.acting import greedy_placements, replay_placement
@@ -72,6 +73,23 @@ def test_cloning_makes_the_policy_alone_place_like_its_teachers_where_untrained_
     assert cloned < 1.05 < untrained, (cloned, untrained)
 
 
+def test_an_ensemble_is_cloned_member_by_member_each_as_a_run_of_its_own_seed_and_acts_as_one():
+    problems = [layered(seed=s, devices=3) for s in (2, 3)]
+    teachers = [make_teacher(p, f"layered/{i}") for i, p in enumerate(problems)]
+    config = {"hidden": 8, "rounds": 2, "view": "placed", "refresh_every": 4}
+    ensemble = PlacetoNetwork(**config, seed=5, members=2)
+    losses = clone(ensemble, teachers, updates=6, per_update=2, seed=7, progress=False)
+    alone = [PlacetoNetwork(**config, seed=5 + k) for k in range(2)]
+    own = [clone(network, teachers, updates=6, per_update=2, seed=7 + k, progress=False) for k, network in enumerate(alone)]
+    np.testing.assert_allclose(losses, np.mean(own, axis=0), rtol=1e-6)
+    for member, network in zip(ensemble.members, alone):
+        for a, b in zip(member.trainable_variables, network.trainable_variables):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # It acts like one network (a greedy episode reusing its wider embeddings for 4 steps).
+    placement = greedy_placements(problems[0], ensemble, starts=1, seed=0)[0]
+    assert placement.shape == (problems[0].num_nodes,) and placement.max() < 3
+
+
 def test_teachers_are_made_in_a_child_process_for_any_cluster_and_kept(tmp_path):
     # Not a preset, so the child cannot build it from its name: it gets the object.
     cluster = tp.Cluster(list(as_cluster("4xV100").devices), name="my-v100s")
@@ -99,7 +117,7 @@ def test_teacher_sources_never_add_the_validation_or_held_out_members():
 def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_them(tmp_path, capsys):
     logdir = tmp_path / "run"
     command = ["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(logdir), "--num-graphs", "1",
-               "--gin", "tfplaceto/policy/train.gin", "--gin-param", "train.lanes = 2",
+               "--gin", "tfplaceto/policy/train.gin", "--gin-param", "train.lanes = 2", "--gin-param", "train.members = 2",
                "--gin-param", "clone_teachers.updates = 4", "--gin-param", "clone_teachers.family_members = 2"]
     assert main([*command, "--episodes", "2"]) == 0
     summary = json.loads((logdir / "summary.json").read_text())
@@ -114,6 +132,9 @@ def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_t
     assert "cloning" not in capsys.readouterr().err
     resumed = json.loads((logdir / "summary.json").read_text())
     assert resumed["episodes"] == 4 and resumed["pretrain"] == record
+    # An ensemble (two members, each cloned) is exported as one policy, TF-Agents' SavedModel too.
+    assert load_policy(resumed["policy_dir"]).config["members"] == 2
+    assert (logdir / "policy" / "saved_policy" / "saved_model.pb").exists()
     assert main([*command[:-2], "--gin-param", "clone_teachers.family_members = -1", "--episodes", "2",
                  "--logdir", str(tmp_path / "bad")]) == 2
     assert "clone_teachers.family_members" in capsys.readouterr().err

@@ -246,13 +246,20 @@ class PlacetoNetwork(snt.Module):
       device_context: the scorer scores the devices together (`DeviceScorer`).
       unvisited_work: the network also sees the work not yet visited that may run beside the class
         and below it (`features.compute_features`): two device features more.
+      members: an ensemble of that many networks of this config, member k seeded `seed + k`
+        (`members`); its logits are the mean of the members' log-probabilities, so its greedy
+        choice is the device the members agree on most. Each member is cloned on its own
+        (`rl.cloning.clone`): networks fitted to the same teachers from different seeds err on
+        different rows, and the mean cancels part of it (docs/RESULTS.md, session 37).
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
                  transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
-                 name: str = "placeto_network"):
+                 members: int = 1, name: str = "placeto_network"):
         super().__init__(name=name)
+        if isinstance(members, bool) or not isinstance(members, int) or members < 1:
+            raise errors.InvalidArgumentError(f"members must be an integer >= 1, got {members!r}")
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
         if view not in F.VIEWS:
@@ -262,7 +269,12 @@ class PlacetoNetwork(snt.Module):
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
                         "transfer_costs": bool(transfer_costs), "device_context": bool(device_context),
-                        "unvisited_work": bool(unvisited_work)}
+                        "unvisited_work": bool(unvisited_work), "members": members}
+        self._built = False
+        self._members = [PlacetoNetwork(**{**self._config, "seed": seed + k, "members": 1}, name=f"member_{k}")
+                         for k in range(members)] if members > 1 else []
+        if self._members:
+            return  # the members hold the weights
         rng = np.random.default_rng(seed)
         self._encoder = Encoder(hidden, rng)
         self._down = DirectedPropagation(hidden, rounds, rng, name="top_down")
@@ -272,7 +284,6 @@ class PlacetoNetwork(snt.Module):
         self._pooling = ContextPooling(hidden, rng)
         self._scorer = DeviceScorer(hidden, rng, nodes_on_device=view == "full" if nodes_on_device is None
                                     else nodes_on_device, device_context=device_context)
-        self._built = False
 
     @property
     def config(self) -> dict:
@@ -292,6 +303,16 @@ class PlacetoNetwork(snt.Module):
     @property
     def hidden(self) -> int:
         return self._config["hidden"]
+
+    @property
+    def members(self) -> list[PlacetoNetwork]:
+        """The ensemble's member networks ([] for one network)."""
+        return list(self._members)
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of `embed`'s embeddings: `hidden`, times the members of an ensemble."""
+        return self.hidden * max(1, len(self._members))
 
     @property
     def refresh_every(self) -> int:
@@ -322,7 +343,10 @@ class PlacetoNetwork(snt.Module):
 
     def embed(self, statics: dict, observation: dict) -> tf.Tensor:
         """Node embeddings (B, N, H) of a batch of observations: the message passing (the
-        expensive part, which `score` can reuse for the next few steps of an episode)."""
+        expensive part, which `score` can reuse for the next few steps of an episode); an
+        ensemble's are its members' side by side (B, N, members * H)."""
+        if self._members:
+            return tf.concat([m.embed(statics, observation) for m in self._members], axis=-1)
         features = self.features(statics, observation)
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
@@ -337,10 +361,15 @@ class PlacetoNetwork(snt.Module):
         (`embed` of this observation, or of one a few steps earlier in the same episode) and the
         observation's own (class, device) features. `embeddings` is (B, N, H), one row per
         observation, or (G, N, H) with B = G * k: row g for observations g*k .. g*k + k - 1
-        (the loss scores the steps of one `embed` together without copying it per step)."""
+        (the loss scores the steps of one `embed` together without copying it per step). An
+        ensemble's are the mean of its members' log-probabilities."""
+        self._built = True
+        if self._members:
+            parts = tf.split(embeddings, len(self._members), axis=-1)
+            return tf.add_n([tf.nn.log_softmax(m.score(statics, observation, e))
+                             for m, e in zip(self._members, parts)]) / len(self._members)
         features = self.features(statics, observation)
         context = self._pooling(embeddings, features)
-        self._built = True
         return self._scorer(context, embeddings, features)
 
     def warm_up(self) -> None:

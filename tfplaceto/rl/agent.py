@@ -81,7 +81,7 @@ class PlacetoPolicy(tf_policy.TFPolicy):
         state_spec = ()
         if self._refresh_every > 1:
             nodes = statics["node_mask"].shape[1]
-            state_spec = {"embeddings": tf.TensorSpec((nodes, network.hidden), tf.float32, "embeddings"),
+            state_spec = {"embeddings": tf.TensorSpec((nodes, network.embedding_width), tf.float32, "embeddings"),
                           "age": tf.TensorSpec((), tf.int32, "age")}
         super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec, clip=False,
                          validate_args=False, name=name)

@@ -214,9 +214,17 @@ def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, le
 
     `schedule`: Adam's step size, "constant" (`learning_rate` throughout) or "cosine" (from
     `learning_rate` down to 0 at the last update): with a constant step the last weights are one
-    draw of a noisy walk, and which draw depends on the order of the updates."""
+    draw of a noisy walk, and which draw depends on the order of the updates.
+
+    An ensemble (`PlacetoNetwork(members=K)`) is cloned member by member, member k in an order
+    drawn from `seed + k`: each is then the network one run of seed `seed + k` clones, and the
+    members err apart rather than together. The losses returned are the members' mean."""
     if schedule not in SCHEDULES:
         raise errors.InvalidArgumentError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if network.members:
+        losses = [clone(member, teachers, updates, learning_rate, per_update, seed + k, progress, schedule)
+                  for k, member in enumerate(network.members)]
+        return [float(x) for x in np.mean(losses, axis=0)]
     dims = observation.dims_for([t.statics for t in teachers])
     packed = as_tensors(observation.pack([t.statics for t in teachers], dims))
     time_step_spec = tensor_spec.from_spec(ts.time_step_spec(observation.observation_spec(dims)))
