@@ -77,7 +77,7 @@ def test_an_ensemble_is_cloned_member_by_member_each_as_a_run_of_its_own_seed_an
     problems = [layered(seed=s, devices=3) for s in (2, 3)]
     teachers = [make_teacher(p, f"layered/{i}") for i, p in enumerate(problems)]
     config = {"hidden": 8, "rounds": 2, "view": "placed", "refresh_every": 4}
-    ensemble = PlacetoNetwork(**config, seed=5, members=2)
+    ensemble = PlacetoNetwork(**config, seed=5, ensemble=2)
     losses = clone(ensemble, teachers, updates=6, per_update=2, seed=7, progress=False)
     alone = [PlacetoNetwork(**config, seed=5 + k) for k in range(2)]
     own = [clone(network, teachers, updates=6, per_update=2, seed=7 + k, progress=False) for k, network in enumerate(alone)]
@@ -117,7 +117,7 @@ def test_teacher_sources_never_add_the_validation_or_held_out_members():
 def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_them(tmp_path, capsys):
     logdir = tmp_path / "run"
     command = ["train", "--family", "ptb-cells", "--cluster", "2xK80", "--logdir", str(logdir), "--num-graphs", "1",
-               "--gin", "tfplaceto/policy/train.gin", "--gin-param", "train.lanes = 2", "--gin-param", "train.members = 2",
+               "--gin", "tfplaceto/policy/train.gin", "--gin-param", "train.lanes = 2", "--gin-param", "train.ensemble = 2",
                "--gin-param", "clone_teachers.updates = 4", "--gin-param", "clone_teachers.family_members = 2"]
     assert main([*command, "--episodes", "2"]) == 0
     summary = json.loads((logdir / "summary.json").read_text())
@@ -133,7 +133,7 @@ def test_train_clones_teachers_once_before_its_first_batch_and_resumes_without_t
     resumed = json.loads((logdir / "summary.json").read_text())
     assert resumed["episodes"] == 4 and resumed["pretrain"] == record
     # An ensemble (two members, each cloned) is exported as one policy, TF-Agents' SavedModel too.
-    assert load_policy(resumed["policy_dir"]).config["members"] == 2
+    assert load_policy(resumed["policy_dir"]).config["ensemble"] == 2
     assert (logdir / "policy" / "saved_policy" / "saved_model.pb").exists()
     assert main([*command[:-2], "--gin-param", "clone_teachers.family_members = -1", "--episodes", "2",
                  "--logdir", str(tmp_path / "bad")]) == 2

@@ -321,7 +321,7 @@ def test_device_context_scores_each_device_beside_the_others_and_is_saved_with_t
 def test_an_ensemble_scores_the_mean_of_its_members_log_probabilities_and_is_saved_with_the_policy(tmp_path):
     problem = diamond_problem("4xV100")
     packed, obs = _observation(problem, step=2, placement=np.array([0, 1, 2, 1], np.int32))
-    ensemble = PlacetoNetwork(hidden=8, rounds=2, seed=3, view="placed", members=3)
+    ensemble = PlacetoNetwork(hidden=8, rounds=2, seed=3, view="placed", ensemble=3)
     alone = [PlacetoNetwork(hidden=8, rounds=2, seed=3 + k, view="placed") for k in range(3)]
     logits = ensemble(packed, obs).numpy()
     # Member k is the network of seed 3 + k, so the ensemble is theirs.
@@ -332,7 +332,7 @@ def test_an_ensemble_scores_the_mean_of_its_members_log_probabilities_and_is_sav
     assert len(ensemble.trainable_variables) == 3 * len(alone[0].trainable_variables)
     save_policy(ensemble, str(tmp_path / "policy"))
     loaded = load_policy(str(tmp_path / "policy"))
-    assert loaded.config["members"] == 3 and PlacetoNetwork.completed_config({})["members"] == 1
+    assert loaded.config["ensemble"] == 3 and PlacetoNetwork.completed_config({})["ensemble"] == 1
     np.testing.assert_allclose(loaded(packed, obs).numpy(), logits, rtol=1e-6)
-    with pytest.raises(tp.errors.InvalidArgumentError, match="members"):
-        PlacetoNetwork(members=0)
+    with pytest.raises(tp.errors.InvalidArgumentError, match="ensemble"):
+        PlacetoNetwork(ensemble=0)

@@ -246,8 +246,8 @@ class PlacetoNetwork(snt.Module):
       device_context: the scorer scores the devices together (`DeviceScorer`).
       unvisited_work: the network also sees the work not yet visited that may run beside the class
         and below it (`features.compute_features`): two device features more.
-      members: an ensemble of that many networks of this config, member k seeded `seed + k`
-        (`members`); its logits are the mean of the members' log-probabilities, so its greedy
+      ensemble: an ensemble of that many networks of this config (`members`), member k seeded
+        `seed + k`; its logits are the mean of the members' log-probabilities, so its greedy
         choice is the device the members agree on most. Each member is cloned on its own
         (`rl.cloning.clone`): networks fitted to the same teachers from different seeds err on
         different rows, and the mean cancels part of it (docs/RESULTS.md, session 37).
@@ -256,10 +256,10 @@ class PlacetoNetwork(snt.Module):
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
                  transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
-                 members: int = 1, name: str = "placeto_network"):
+                 ensemble: int = 1, name: str = "placeto_network"):
         super().__init__(name=name)
-        if isinstance(members, bool) or not isinstance(members, int) or members < 1:
-            raise errors.InvalidArgumentError(f"members must be an integer >= 1, got {members!r}")
+        if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
+            raise errors.InvalidArgumentError(f"ensemble must be an integer >= 1, got {ensemble!r}")
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
         if view not in F.VIEWS:
@@ -269,10 +269,10 @@ class PlacetoNetwork(snt.Module):
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
                         "transfer_costs": bool(transfer_costs), "device_context": bool(device_context),
-                        "unvisited_work": bool(unvisited_work), "members": members}
+                        "unvisited_work": bool(unvisited_work), "ensemble": ensemble}
         self._built = False
-        self._members = [PlacetoNetwork(**{**self._config, "seed": seed + k, "members": 1}, name=f"member_{k}")
-                         for k in range(members)] if members > 1 else []
+        self._members = [PlacetoNetwork(**{**self._config, "seed": seed + k, "ensemble": 1}, name=f"member_{k}")
+                         for k in range(ensemble)] if ensemble > 1 else []
         if self._members:
             return  # the members hold the weights
         rng = np.random.default_rng(seed)

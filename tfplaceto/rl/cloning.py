@@ -216,7 +216,7 @@ def clone(network: PlacetoNetwork, teachers: Sequence[Teacher], updates: int, le
     `learning_rate` down to 0 at the last update): with a constant step the last weights are one
     draw of a noisy walk, and which draw depends on the order of the updates.
 
-    An ensemble (`PlacetoNetwork(members=K)`) is cloned member by member, member k in an order
+    An ensemble (`PlacetoNetwork(ensemble=K)`) is cloned member by member, member k in an order
     drawn from `seed + k`: each is then the network one run of seed `seed + k` clones, and the
     members err apart rather than together. The losses returned are the members' mean."""
     if schedule not in SCHEDULES:
