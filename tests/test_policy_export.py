@@ -117,8 +117,8 @@ def test_the_shipped_policy_records_the_held_out_figures_of_the_files_it_names(t
 
 def test_reproduce_reruns_the_recorded_command_elsewhere_and_compares_every_weight():
     # `tools/ship_policy.py --reproduce LOGDIR` trains the shipped policy again by its recorded
-    # command (into LOGDIR) and compares weights: here the comparison, on the shipped policy and
-    # on session 15's policy kept in runs/ (the same configuration, other weights).
+    # command (into LOGDIR) and compares weights: here the comparison, on the shipped policy, and
+    # on two policies kept in runs/ of one configuration and other weights (sessions 15 and 19).
     import json
 
     root, ship_policy = _ship_policy()
@@ -129,5 +129,7 @@ def test_reproduce_reruns_the_recorded_command_elsewhere_and_compares_every_weig
     assert len(words) == len(command.split())
     same = ship_policy.weight_differences(PRETRAINED_DIR, PRETRAINED_DIR)
     assert len(same) >= 10 and set(same.values()) == {0.0}
-    other = ship_policy.weight_differences(os.path.join(root, "runs", "shipped-policy-prio", "policy"), PRETRAINED_DIR)
-    assert other.keys() == same.keys() and max(other.values()) > 0
+    kept = [os.path.join(root, "runs", run, "policy") for run in ("shipped-policy-prio", "shipped-policy-seed5")]
+    other = ship_policy.weight_differences(*kept)
+    assert other.keys() == ship_policy.weight_differences(kept[0], kept[0]).keys() and max(other.values()) > 0
+    assert set(ship_policy.weight_differences(kept[0], PRETRAINED_DIR).values()) == {float("inf")}  # other networks
