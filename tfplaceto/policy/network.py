@@ -258,14 +258,11 @@ class PlacetoNetwork(snt.Module):
                  transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
                  ensemble: int = 1, name: str = "placeto_network"):
         super().__init__(name=name)
-        if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
-            raise errors.InvalidArgumentError(f"ensemble must be an integer >= 1, got {ensemble!r}")
-        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise errors.InvalidArgumentError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
+        for arg, value in (("refresh_every", refresh_every), ("passes", passes), ("ensemble", ensemble)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise errors.InvalidArgumentError(f"{arg} must be an integer >= 1, got {value!r}")
         if view not in F.VIEWS:
             raise errors.InvalidArgumentError(f"view must be one of {F.VIEWS}, got {view!r}")
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise errors.InvalidArgumentError(f"passes must be an integer >= 1, got {passes!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
                         "transfer_costs": bool(transfer_costs), "device_context": bool(device_context),
