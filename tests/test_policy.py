@@ -1,13 +1,16 @@
 """Policy features and network: node-level edges, reachability, observations, features, any device count."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfplaceto as tp
+from tfplaceto.cli import main
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy import features as F
-from tfplaceto.policy.checkpoint import load_policy, save_policy
+from tfplaceto.policy.checkpoint import ensemble_policies, load_policy, save_policy
 from tfplaceto.policy.network import MASKED_LOGIT, DeviceScorer, PlacetoNetwork
 from tfplaceto.policy.observation import (
     Dims,
@@ -336,3 +339,36 @@ def test_an_ensemble_scores_the_mean_of_its_members_log_probabilities_and_is_sav
     np.testing.assert_allclose(loaded(packed, obs).numpy(), logits, rtol=1e-6)
     with pytest.raises(tp.errors.InvalidArgumentError, match="ensemble"):
         PlacetoNetwork(ensemble=0)
+
+
+def test_policies_trained_apart_make_one_ensemble_member_for_member_and_stay_as_they_were(tmp_path, capsys):
+    problem = diamond_problem("4xV100")
+    packed, obs = _observation(problem, step=2, placement=np.array([0, 1, 2, 1], np.int32))
+    one = PlacetoNetwork(hidden=8, rounds=2, seed=5, view="placed")
+    pair = PlacetoNetwork(hidden=8, rounds=2, seed=9, view="placed", ensemble=2)
+    paths = [str(tmp_path / "one"), str(tmp_path / "pair")]
+    save_policy(one, paths[0])
+    save_policy(pair, paths[1])
+    files = {p: open(os.path.join(p, "policy.json")).read() for p in paths}
+    out = str(tmp_path / "ensemble")
+    assert main(["ensemble", *paths, "--out", out]) == 0
+    assert "an ensemble of 3 networks" in capsys.readouterr().out
+    loaded = load_policy(out)
+    assert loaded.config["ensemble"] == 3 and [m.config["seed"] for m in loaded.members] == [5, 6, 7]
+    # Its members are the three networks as trained (not networks of its seeds), in order.
+    expected = np.mean([tf.nn.log_softmax(network(packed, obs)).numpy()
+                        for network in (one, *pair.members)], axis=0)
+    np.testing.assert_allclose(loaded(packed, obs).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert {p: open(os.path.join(p, "policy.json")).read() for p in paths} == files
+    assert main(["ensemble", *paths, "--out", out]) == 2  # exists: --overwrite replaces it
+    assert "--overwrite" in capsys.readouterr().err
+    save_policy(PlacetoNetwork(hidden=16, rounds=2, seed=5, view="placed"), str(tmp_path / "wide"))
+    with pytest.raises(tp.errors.PolicyError, match="another network config .*hidden"):
+        ensemble_policies([paths[0], str(tmp_path / "wide")], str(tmp_path / "mixed"))
+    with pytest.raises(tp.errors.OutputExistsError, match="would overwrite its policy"):
+        ensemble_policies(paths, paths[1] + "/inside")
+    assert main(["ensemble", *paths, "--out", "/proc/ensemble"]) == 2  # not writable: one line, no traceback
+    assert "/proc" in capsys.readouterr().err
+    with pytest.raises(tp.errors.InvalidArgumentError, match="two networks or more"):
+        ensemble_policies(paths[:1], str(tmp_path / "alone"))
+    assert not os.path.exists(tmp_path / "mixed") and not os.path.exists(tmp_path / "alone")

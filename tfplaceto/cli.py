@@ -9,6 +9,7 @@
   tfplaceto train --family F --cluster C [--cluster C2 ..] --logdir D [--episodes N] [--select-members M,..]
                   [--actors N] [--reverb-address HOST:PORT] [--gin FILE] [--gin-param P]
   tfplaceto actor --reverb-address HOST:PORT [--actor-id I]   (collects for a `train` elsewhere)
+  tfplaceto ensemble POLICY POLICY [POLICY ..] --out DIR   (one policy of several: an ensemble)
   tfplaceto rewrite-saved-model SRC DST --cluster C [--method M] [--signature K] [--batch-size N]
   tfplaceto models
   tfplaceto calibrate TARGET --out cluster.pbtxt [--rounds N] [--runs N] [--no-contention]
@@ -181,6 +182,11 @@ def _parser() -> argparse.ArgumentParser:
     actor.add_argument("--connect-timeout-s", type=float, default=120.0, help="wait this long for the server")
     actor.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
     actor.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+
+    ensemble = commands.add_parser("ensemble", help="make one policy of several trained policies (an ensemble)")
+    ensemble.add_argument("policies", nargs="+", help="policy directories (LOGDIR/policy; never modified)")
+    ensemble.add_argument("--out", required=True, help="the policy directory to write")
+    ensemble.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
     commands.add_parser("models", help="list the built-in graphs and graph families")
 
@@ -443,6 +449,18 @@ def _cmd_actor(args) -> int:
     return 0
 
 
+def _cmd_ensemble(args) -> int:
+    from tfplaceto import errors
+    from tfplaceto.policy.checkpoint import ensemble_policies
+
+    if os.path.exists(args.out) and not args.overwrite:
+        raise errors.OutputExistsError(f"{args.out} exists; pass --overwrite to replace it")
+    network = ensemble_policies(args.policies, args.out)
+    print(f"wrote {args.out}: an ensemble of {len(network.members)} networks "
+          f"(--policy {args.out}, policy={args.out!r})")
+    return 0
+
+
 def _cmd_models(args) -> int:
     from tfplaceto.graph import builtin
 
@@ -470,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _one_line_warnings()
     handlers = {"place": _cmd_place, "simulate": _cmd_simulate, "models": _cmd_models, "bench": _cmd_bench,
-                "train": _cmd_train, "actor": _cmd_actor, "rewrite-saved-model": _cmd_rewrite_saved_model,
+                "train": _cmd_train, "actor": _cmd_actor, "ensemble": _cmd_ensemble, "rewrite-saved-model": _cmd_rewrite_saved_model,
                 "calibrate": _cmd_calibrate}
     from tfplaceto import progress
 

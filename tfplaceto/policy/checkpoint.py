@@ -7,7 +7,8 @@ a SavedModel that TF-Agents users load with `tf.saved_model.load` (or
 `tf_agents.policies.py_tf_eager_policy.SavedModelPyTFEagerPolicy`) and call `action(time_step)`
 on, with no tfplaceto code. That SavedModel holds the packed statics of the problems it was
 trained on, so it acts on those problems' observations (`PlacementEnvironment(problems)`);
-`load_policy` reads the network back, which acts on any graph; `resolve_policy` turns what users pass as `policy=` ("shipped",
+`load_policy` reads the network back, which acts on any graph; `ensemble_policies` makes one
+policy of several (an ensemble of their networks); `resolve_policy` turns what users pass as `policy=` ("shipped",
 "untrained", a directory, or a network) into a network. The shipped policy lives in
 `pretrained/` beside this file.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
 from tfplaceto import errors
-from tfplaceto.outputs import atomic_directory
+from tfplaceto.outputs import atomic_directory, check_writable_directory, is_inside
 from tfplaceto.policy.network import PlacetoNetwork
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
@@ -102,6 +104,43 @@ def load_policy(directory: str | None = None):
         raise errors.PolicyError(f"the policy weights in {directory} cannot be read "
                                  f"({errors.first_line(e)}); train or copy it again") from None
     return network
+
+
+def ensemble_policies(directories: Sequence[str], directory: str):
+    """Writes to `directory` one policy whose members are the networks of the policies saved in
+    `directories` (each one network or an ensemble: all its members, in order), and returns it.
+
+    The result picks by the mean of its members' log-probabilities (`PlacetoNetwork(ensemble=K)`),
+    so policies trained apart (say runs of seeds s .. s+K-1 on as many machines) act as one. A run
+    with `train.ensemble = K` and seed s clones member k as a run of seed s + k clones its network
+    (`tfplaceto.rl.cloning.clone`), so the ensemble of such runs' clones is that run's policy
+    before its reinforcement learning. The policies must share one network config but for the
+    seed; `directory` is replaced as a whole and may not be or lie in one of `directories`.
+    Raises PolicyError, InvalidArgumentError, OutputExistsError or OutputPathError before any work.
+    """
+    directories = [os.fspath(d) for d in directories]
+    for source in directories:
+        if is_inside(os.path.realpath(directory), os.path.realpath(source)):
+            raise errors.OutputExistsError(f"the ensemble {directory!r} would overwrite its policy {source!r}; "
+                                           "write it elsewhere")
+    check_writable_directory(os.path.dirname(os.path.abspath(directory)), f"the ensemble {directory!r}")
+    sources = [load_policy(d) for d in directories]
+    members = [member for source in sources for member in (source.members or [source])]
+    if len(members) < 2:
+        raise errors.InvalidArgumentError(f"an ensemble needs two networks or more, got {len(members)}")
+    for path, source in zip(directories[1:], sources[1:]):
+        differ = sorted(k for k, value in source.config.items()
+                        if k not in ("seed", "ensemble") and value != sources[0].config.get(k))
+        if differ:
+            raise errors.PolicyError(f"the policy in {path} has another network config than the one in "
+                                     f"{directories[0]} ({', '.join(differ)}): an ensemble has one")
+    ensemble = PlacetoNetwork(**{**sources[0].config, "ensemble": len(members)})
+    ensemble.warm_up()
+    for target, source in zip(ensemble.members, members):
+        for variable, value in zip(target.variables, source.variables, strict=True):
+            variable.assign(value)
+    save_policy(ensemble, directory, notes={"ensemble_of": [os.path.abspath(d) for d in directories]})
+    return ensemble
 
 
 def resolve_policy(policy=None, seed: int = 0):
