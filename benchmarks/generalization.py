@@ -106,6 +106,7 @@ def main(argv=None) -> None:
     import gin
 
     from tfplaceto.policy.checkpoint import resolve_policy
+    from tfplaceto.rl import cloning  # noqa: F401  registers clone_teachers, bound by the shipped gin
     from tfplaceto.rl.train import problems_for
 
     gin.parse_config_files_and_bindings([args.gin], args.gin_param)  # for the per-graph policies
