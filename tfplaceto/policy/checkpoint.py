@@ -106,7 +106,7 @@ def load_policy(directory: str | None = None):
     return network
 
 
-def ensemble_policies(directories: Sequence[str], directory: str):
+def ensemble_policies(directories: Sequence[str], directory: str) -> PlacetoNetwork:
     """Writes to `directory` one policy whose members are the networks of the policies saved in
     `directories` (each one network or an ensemble: all its members, in order), and returns it.
 
