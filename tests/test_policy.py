@@ -362,6 +362,8 @@ def test_policies_trained_apart_make_one_ensemble_member_for_member_and_stay_as_
     assert {p: open(os.path.join(p, "policy.json")).read() for p in paths} == files
     assert main(["ensemble", *paths, "--out", out]) == 2  # exists: --overwrite replaces it
     assert "--overwrite" in capsys.readouterr().err
+    assert ensemble_policies(paths[::-1], out, overwrite=True).members[0].config["seed"] == 9
+    assert load_policy(out).config["seed"] == 9  # replaced: the pair's members first now
     save_policy(PlacetoNetwork(hidden=16, rounds=2, seed=5, view="placed"), str(tmp_path / "wide"))
     with pytest.raises(tp.errors.PolicyError, match="another network config .*hidden"):
         ensemble_policies([paths[0], str(tmp_path / "wide")], str(tmp_path / "mixed"))

@@ -450,12 +450,9 @@ def _cmd_actor(args) -> int:
 
 
 def _cmd_ensemble(args) -> int:
-    from tfplaceto import errors
     from tfplaceto.policy.checkpoint import ensemble_policies
 
-    if os.path.exists(args.out) and not args.overwrite:
-        raise errors.OutputExistsError(f"{args.out} exists; pass --overwrite to replace it")
-    network = ensemble_policies(args.policies, args.out)
+    network = ensemble_policies(args.policies, args.out, overwrite=args.overwrite)
     print(f"wrote {args.out}: an ensemble of {len(network.members)} networks "
           f"(--policy {args.out}, policy={args.out!r})")
     return 0

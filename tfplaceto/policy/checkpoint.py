@@ -106,7 +106,7 @@ def load_policy(directory: str | None = None):
     return network
 
 
-def ensemble_policies(directories: Sequence[str], directory: str) -> PlacetoNetwork:
+def ensemble_policies(directories: Sequence[str], directory: str, overwrite: bool = False) -> PlacetoNetwork:
     """Writes to `directory` one policy whose members are the networks of the policies saved in
     `directories` (each one network or an ensemble: all its members, in order), and returns it.
 
@@ -115,7 +115,8 @@ def ensemble_policies(directories: Sequence[str], directory: str) -> PlacetoNetw
     with `train.ensemble = K` and seed s clones member k as a run of seed s + k clones its network
     (`tfplaceto.rl.cloning.clone`), so the ensemble of such runs' clones is that run's policy
     before its reinforcement learning. The policies must share one network config but for the
-    seed; `directory` is replaced as a whole and may not be or lie in one of `directories`.
+    seed; `directory` must not exist unless `overwrite` (it is then replaced as a whole) and may not
+    be or lie in one of `directories`.
     Raises PolicyError, InvalidArgumentError, OutputExistsError or OutputPathError before any work.
     """
     directories = [os.fspath(d) for d in directories]
@@ -123,6 +124,9 @@ def ensemble_policies(directories: Sequence[str], directory: str) -> PlacetoNetw
         if is_inside(os.path.realpath(directory), os.path.realpath(source)):
             raise errors.OutputExistsError(f"the ensemble {directory!r} would overwrite its policy {source!r}; "
                                            "write it elsewhere")
+    if os.path.lexists(directory) and not overwrite:
+        raise errors.OutputExistsError(f"the ensemble {directory!r} exists; pass --overwrite "
+                                       "(overwrite=True) to replace it")
     check_writable_directory(os.path.dirname(os.path.abspath(directory)), f"the ensemble {directory!r}")
     sources = [load_policy(d) for d in directories]
     members = [member for source in sources for member in (source.members or [source])]
