@@ -336,15 +336,22 @@ class PlacetoNetwork(snt.Module):
                                   self._config["unvisited_work"])
 
     def __call__(self, statics: dict, observation: dict) -> tf.Tensor:
-        return self.score(statics, observation, self.embed(statics, observation))
+        features = self.features(statics, observation)
+        return self.score(statics, observation, self.embed(statics, observation, features), features)
 
-    def embed(self, statics: dict, observation: dict) -> tf.Tensor:
+    def embed(self, statics: dict, observation: dict, features: F.Features | None = None) -> tf.Tensor:
         """Node embeddings (B, N, H) of a batch of observations: the message passing (the
         expensive part, which `score` can reuse for the next few steps of an episode); an
-        ensemble's are its members' side by side (B, N, members * H)."""
+        ensemble's are its members' side by side (B, N, members * H).
+
+        `features`: `self.features(statics, observation)` when the caller has them already. An
+        ensemble computes them once for all its members (their configs differ only in the seed,
+        so they read the same features): computed per member, they were half the ops of an
+        ensemble's traced function, so half of building an `rl.acting.Actor`."""
+        if features is None:
+            features = self.features(statics, observation)
         if self._members:
-            return tf.concat([m.embed(statics, observation) for m in self._members], axis=-1)
-        features = self.features(statics, observation)
+            return tf.concat([m.embed(statics, observation, features) for m in self._members], axis=-1)
         graph = self._encoder(_batched_graph(features))
         reversed_graph = graph.replace(senders=graph.receivers, receivers=graph.senders)
         # Residual rounds grow the embeddings' scale with depth: normalized before pooling.
@@ -353,19 +360,22 @@ class PlacetoNetwork(snt.Module):
         embeddings = tf.reshape(nodes, [shape[0], shape[1], nodes.shape[-1]])
         return embeddings * features.node_mask[..., None]
 
-    def score(self, statics: dict, observation: dict, embeddings: tf.Tensor) -> tf.Tensor:
+    def score(self, statics: dict, observation: dict, embeddings: tf.Tensor,
+              features: F.Features | None = None) -> tf.Tensor:
         """Masked logits (B, D) of the current class of each observation, from node embeddings
         (`embed` of this observation, or of one a few steps earlier in the same episode) and the
         observation's own (class, device) features. `embeddings` is (B, N, H), one row per
         observation, or (G, N, H) with B = G * k: row g for observations g*k .. g*k + k - 1
         (the loss scores the steps of one `embed` together without copying it per step). An
-        ensemble's are the mean of its members' log-probabilities."""
+        ensemble's are the mean of its members' log-probabilities. `features`: as in `embed`,
+        of `observation` (not of the observation the embeddings were made from)."""
         self._built = True
+        if features is None:
+            features = self.features(statics, observation)
         if self._members:
             parts = tf.split(embeddings, len(self._members), axis=-1)
-            return tf.add_n([tf.nn.log_softmax(m.score(statics, observation, e))
+            return tf.add_n([tf.nn.log_softmax(m.score(statics, observation, e, features))
                              for m, e in zip(self._members, parts)]) / len(self._members)
-        features = self.features(statics, observation)
         context = self._pooling(embeddings, features)
         return self._scorer(context, embeddings, features)
 

@@ -88,8 +88,7 @@ class PlacetoPolicy(tf_policy.TFPolicy):
         self._network = network
         self._statics = statics
         self._generator = tf.random.Generator.from_seed(seed)
-        self._sampling_score = (tf.function(network.score, jit_compile=True, autograph=False) if jit_score
-                                else network.score)
+        self._jit_score = tf.function(network.score, jit_compile=True, autograph=False) if jit_score else None
 
     @property
     def network(self) -> snt.Module:
@@ -112,18 +111,29 @@ class PlacetoPolicy(tf_policy.TFPolicy):
         """(masked logits (B, D), the next policy state) for a batch of time steps (`sampling`:
         for `action`, scored as `jit_score` says)."""
         observation = time_step.observation
-        score = self._sampling_score if sampling else self._network.score
+        # The step's features, computed once for the embedding (when refreshed) and the scoring;
+        # not with the XLA-compiled scoring, which computes its own inside its cluster (`embed`
+        # then computes its own inside the refresh branch, so a step that does not refresh skips them).
+        jit = sampling and self._jit_score is not None
+        features = None if jit else self._network.features(self._statics, observation)
+
+        def score(embeddings):
+            if jit:
+                return self._jit_score(self._statics, observation, embeddings)
+            return self._network.score(self._statics, observation, embeddings, features)
+
+        def embed():
+            return self._network.embed(self._statics, observation, features)
+
         if self._refresh_every == 1:
-            return score(self._statics, observation, self._network.embed(self._statics, observation)), policy_state
+            return score(embed()), policy_state
         age, cached = policy_state["age"], policy_state["embeddings"]
         refresh = time_step.is_first() | (age + 1 >= self._refresh_every)
         # The episodes of a batch run in lockstep, so they refresh together: one `embed` call.
-        embeddings = tf.cond(
-            tf.reduce_any(refresh),
-            lambda: tf.where(refresh[:, None, None], self._network.embed(self._statics, observation), cached),
-            lambda: cached)
+        embeddings = tf.cond(tf.reduce_any(refresh), lambda: tf.where(refresh[:, None, None], embed(), cached),
+                             lambda: cached)
         state = {"embeddings": embeddings, "age": tf.where(refresh, 0, age + 1)}
-        return score(self._statics, observation, embeddings), state
+        return score(embeddings), state
 
     def _distribution(self, time_step, policy_state):
         logits, state = self.logits(time_step, policy_state)
