@@ -677,6 +677,48 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
 
 
+def test_adaptive_shares_give_the_draws_to_the_source_that_improves_more_per_second():
+    rng = np.random.default_rng(0)
+    # Equal cost: the source that improved the best 4 times in 10 takes most draws, the one
+    # that never did keeps a few.
+    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([4.0, 0.0]), np.array([2.0, 2.0]), 400)
+    assert shares.sum() == 400 and shares[0] > 300 and shares[1] > 0
+    # Equal chances: the source 10x dearer a draw takes few.
+    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([2.0, 2.0]), np.array([1.0, 10.0]), 400)
+    assert shares.sum() == 400 and shares[0] > 320
+
+
+def test_adaptive_search_still_finds_what_the_perturbations_can_and_draws_every_round_in_full():
+    problem = two_chains(megabytes=100)
+    simulator = problem.simulator()
+    start = np.zeros(problem.num_nodes, np.int32)
+    from tfplaceto.baselines import common, local_search
+
+    best = Best()
+    best.offer(simulator.run(start)[0], False, start)
+    inst = common.prepare(problem)
+    no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
+    moves, asked = search.random_window_moves(problem, 3), []
+
+    def unchanged(rng, placement, count):  # never helps: the best as it is
+        asked.append(count)
+        return [placement.copy() for _ in range(count)]
+
+    def useful(rng, placement, count):
+        asked.append(count)
+        return moves(rng, placement, count)
+
+    def on_round(_):
+        asked.append("round")
+
+    found = search.improve(problem, best, [(unchanged, 2), (useful, 2)], seed=0, patience=20, adaptive=True,
+                           on_round=on_round, neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))
+    assert found.step_time_s == pytest.approx(3e-3)
+    rounds = " ".join(map(str, asked)).split("round")[:-1]
+    assert rounds[0].split() == ["2", "2"]  # the first as the counts say
+    assert len(rounds) > 1 and all(sum(map(int, r.split())) == 4 for r in rounds)  # then 4 in all, shared
+
+
 def test_iterated_search_climbs_no_perturbation_that_left_the_best_as_it_was(monkeypatch):
     problem = two_chains(megabytes=100)
     start = np.zeros(problem.num_nodes, np.int32)

@@ -13,7 +13,9 @@ untrained weights) through the same calls. Map of the file:
   classes_in_order     the nodes of each tie class, classes in topological order.
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
-                       placement with every perturbation, climbs each result, keeps the best.
+                       placement with every perturbation, climbs each result, keeps the best;
+                       `adaptive`: the draws shared among the perturbations by what each has
+                       bought per second so far (Thompson sampling).
   search               starts (the first climbed, a later one when it begins better than the first)
                        + improve until a deadline or `patience` idle rounds. The starts may be
                        produced lazily (any iterable, a generator): each is offered (and
@@ -140,37 +142,67 @@ def random_window_moves(problem: Problem, window: int = WINDOW) -> Perturbation:
 
 def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturbation, int]],
             seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
-            on_round: Callable[[Best], None] | None = None, neighbourhoods=None) -> Best:
+            on_round: Callable[[Best], None] | None = None, neighbourhoods=None,
+            adaptive: bool = False) -> Best:
     """Iterated local search from `best.placement` (a `Best`, updated and returned).
 
     Each round draws `count` perturbed placements of the best from each (perturbation, count),
     climbs each (`polish`; not one that left the best as it was, as a policy's re-placement
     sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds in a
     row without improvement; `on_round(best)` is called after every round.
+
+    `adaptive`: after a first round as the counts say, each round's draws (the counts' sum) are
+    shared among the perturbations by Thompson sampling (`_shares`) on the improvements of the
+    best each has bought per second of its own (drawing, simulating, climbing). Why: what a
+    source is worth depends on the problem (a policy's re-placements find basins random moves
+    miss on one graph, and climb back to the best they started from on another, at the cost of
+    the policy's episodes), so fixed counts pay for the worse source on every problem.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
+    counts = np.array([count for _, count in perturbations])
+    draws, gains, seconds = np.zeros(len(counts)), np.zeros(len(counts)), np.zeros(len(counts))
     idle = 0
     while idle < patience and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
-        for perturb, count in perturbations:
-            for moved in perturb(rng, best.placement, count):
+        if adaptive and seconds.all():  # every source tried
+            counts = _shares(rng, draws, gains, seconds, counts.sum())
+        for source, ((perturb, _), count) in enumerate(zip(perturbations, counts)):
+            began = time.perf_counter()
+            draws[source] += count  # as asked: a source that returns fewer (a policy not begun) failed
+            for moved in perturb(rng, best.placement, count) if count else ():
                 if time.perf_counter() >= deadline:
                     break
                 if np.array_equal(moved, best.placement):
                     continue  # the best, already climbed: its climb would find nothing
+                was = (best.oom, best.step_time_s)
                 offer(problem, best, moved)
                 offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
+                gains[source] += (best.oom, best.step_time_s) < was
+            seconds[source] += time.perf_counter() - began
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
         if on_round is not None:
             on_round(best)
     return best
 
 
+def _shares(rng: np.random.Generator, draws: np.ndarray, gains: np.ndarray, seconds: np.ndarray,
+            total: int) -> np.ndarray:
+    """How many of `total` draws each source gets (Thompson sampling): for each draw, every
+    source's chance of improving the best is sampled from its Beta posterior (uniform prior,
+    `gains` in `draws`) and divided by its `seconds` per draw; the draw goes to the highest. A
+    source that has not helped yet keeps a chance, shrinking as its failures add up, so each
+    source gets a share of the time however cheap or dear its draws are."""
+    chance = rng.beta(gains[:, None] + 1, draws[:, None] - gains[:, None] + 1, (len(draws), total))
+    per_second = chance / np.maximum(seconds / np.maximum(draws, 1), 1e-9)[:, None]
+    return np.bincount(per_second.argmax(axis=0), minlength=len(draws))
+
+
 def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
            seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
-           on_round: Callable[[Best], None] | None = None) -> Best:
-    """The best placement found from `starts` by `improve` with `perturbations`.
+           on_round: Callable[[Best], None] | None = None, adaptive: bool = False) -> Best:
+    """The best placement found from `starts` by `improve` with `perturbations` (`adaptive`: as
+    `improve` says).
 
     `starts` (at least one) is consumed one at a time: each start is offered, and climbed when it
     promises (below), before the next is asked for; once the deadline has passed no further start
@@ -192,4 +224,4 @@ def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequen
         first = begins if first is None else first
         if time.perf_counter() >= deadline:
             break  # before the iterable makes its next start
-    return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods)
+    return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods, adaptive)
