@@ -677,15 +677,15 @@ def test_iterated_search_leaves_a_local_optimum_that_hill_climbing_cannot():
     assert simulator.run(found.placement)[0] == pytest.approx(3e-3)
 
 
-def test_adaptive_shares_give_the_draws_to_the_source_that_improves_more_per_second():
+def test_adaptive_shares_give_the_draws_to_the_source_that_improves_more_often():
     rng = np.random.default_rng(0)
-    # Equal cost: the source that improved the best 4 times in 10 takes most draws, the one
-    # that never did keeps a few.
-    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([4.0, 0.0]), np.array([2.0, 2.0]), 400)
+    # The source that improved the best 4 times in 10 takes most draws; the one that never did
+    # keeps a few.
+    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([4.0, 0.0]), 400)
     assert shares.sum() == 400 and shares[0] > 300 and shares[1] > 0
-    # Equal chances: the source 10x dearer a draw takes few.
-    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([2.0, 2.0]), np.array([1.0, 10.0]), 400)
-    assert shares.sum() == 400 and shares[0] > 320
+    # Alike so far: alike shares.
+    shares = search._shares(rng, np.array([10.0, 10.0]), np.array([2.0, 2.0]), 400)
+    assert 150 < shares[0] < 250
 
 
 def test_adaptive_search_still_finds_what_the_perturbations_can_and_draws_every_round_in_full():

@@ -10,8 +10,8 @@
                        best fast baseline and from the policy's own placement (one greedy episode;
                        with a "full"-view policy also one from the best baseline; climbed when it
                        begins better than the best baseline), perturbing by policy episodes and
-                       random moves (shared by what each has bought per second on this problem,
-                       `search.improve(adaptive=True)`); with `budget_s` above the search's time,
+                       random moves (shared by how often each has improved the best on this
+                       problem, `search.improve(adaptive=True)`); with `budget_s` above the search's time,
                        the policy is first fine-tuned on the problem (the same MDP it was
                        trained with). The starts are produced lazily: the best baseline is
                        climbed before the policy runs at all (its first episode traces a

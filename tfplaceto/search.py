@@ -14,8 +14,8 @@ untrained weights) through the same calls. Map of the file:
   random_window_moves  a Perturbation: `window` consecutive classes sent to random devices.
   improve              iterated local search from a `Best`: each round perturbs the best
                        placement with every perturbation, climbs each result, keeps the best;
-                       `adaptive`: the draws shared among the perturbations by what each has
-                       bought per second so far (Thompson sampling).
+                       `adaptive`: the draws shared among the perturbations by the share of
+                       each one's draws that improved the best (Thompson sampling).
   search               starts (the first climbed, a later one when it begins better than the first)
                        + improve until a deadline or `patience` idle rounds. The starts may be
                        produced lazily (any iterable, a generator): each is offered (and
@@ -152,23 +152,24 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     row without improvement; `on_round(best)` is called after every round.
 
     `adaptive`: after a first round as the counts say, each round's draws (the counts' sum) are
-    shared among the perturbations by Thompson sampling (`_shares`) on the improvements of the
-    best each has bought per second of its own (drawing, simulating, climbing). Why: what a
-    source is worth depends on the problem (a policy's re-placements find basins random moves
-    miss on one graph, and climb back to the best they started from on another, at the cost of
-    the policy's episodes), so fixed counts pay for the worse source on every problem.
+    shared among the perturbations by Thompson sampling (`_shares`) on the share of each one's
+    draws that improved the best. Why: what a source is worth depends on the problem (a
+    policy's re-placements find basins random moves miss on one graph, and climb back to the
+    best they started from on another), so fixed counts pay for the worse source on every
+    problem. Draws, not seconds: a draw's cost is mostly its climb, whatever its source (a
+    policy's pair of window episodes is ~0.05 s, a climb 0.1-2 s), and counted draws keep the
+    search deterministic given `seed` when it ends by patience.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
     counts = np.array([count for _, count in perturbations])
-    draws, gains, seconds = np.zeros(len(counts)), np.zeros(len(counts)), np.zeros(len(counts))
+    draws, gains = np.zeros(len(counts)), np.zeros(len(counts))
     idle = 0
     while idle < patience and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
-        if adaptive and seconds.all():  # every source tried
-            counts = _shares(rng, draws, gains, seconds, counts.sum())
+        if adaptive and draws.all():  # every source tried
+            counts = _shares(rng, draws, gains, counts.sum())
         for source, ((perturb, _), count) in enumerate(zip(perturbations, counts)):
-            began = time.perf_counter()
             draws[source] += count  # as asked: a source that returns fewer (a policy not begun) failed
             for moved in perturb(rng, best.placement, count) if count else ():
                 if time.perf_counter() >= deadline:
@@ -179,23 +180,19 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
                 offer(problem, best, moved)
                 offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
                 gains[source] += (best.oom, best.step_time_s) < was
-            seconds[source] += time.perf_counter() - began
         idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
         if on_round is not None:
             on_round(best)
     return best
 
 
-def _shares(rng: np.random.Generator, draws: np.ndarray, gains: np.ndarray, seconds: np.ndarray,
-            total: int) -> np.ndarray:
+def _shares(rng: np.random.Generator, draws: np.ndarray, gains: np.ndarray, total: int) -> np.ndarray:
     """How many of `total` draws each source gets (Thompson sampling): for each draw, every
     source's chance of improving the best is sampled from its Beta posterior (uniform prior,
-    `gains` in `draws`) and divided by its `seconds` per draw; the draw goes to the highest. A
-    source that has not helped yet keeps a chance, shrinking as its failures add up, so each
-    source gets a share of the time however cheap or dear its draws are."""
+    `gains` in `draws`); the draw goes to the highest. A source that has not helped yet keeps a
+    chance, shrinking as its failures add up."""
     chance = rng.beta(gains[:, None] + 1, draws[:, None] - gains[:, None] + 1, (len(draws), total))
-    per_second = chance / np.maximum(seconds / np.maximum(draws, 1), 1e-9)[:, None]
-    return np.bincount(per_second.argmax(axis=0), minlength=len(draws))
+    return np.bincount(chance.argmax(axis=0), minlength=len(draws))
 
 
 def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
