@@ -698,25 +698,25 @@ def test_adaptive_search_still_finds_what_the_perturbations_can_and_draws_every_
     best.offer(simulator.run(start)[0], False, start)
     inst = common.prepare(problem)
     no_blocks = local_search.Moves([], np.zeros(0, np.int32))  # the perturbations alone
-    moves, asked = search.random_window_moves(problem, 3), []
+    moves, rounds = search.random_window_moves(problem, 3), [{}]  # per round: source -> draws asked
 
     def unchanged(rng, placement, count):  # never helps: the best as it is
-        asked.append(count)
+        rounds[-1]["unchanged"] = count
         return [placement.copy() for _ in range(count)]
 
     def useful(rng, placement, count):
-        asked.append(count)
+        rounds[-1]["useful"] = count
         return moves(rng, placement, count)
 
-    def on_round(_):
-        asked.append("round")
-
     found = search.improve(problem, best, [(unchanged, 2), (useful, 2)], seed=0, patience=20, adaptive=True,
-                           on_round=on_round, neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))
+                           on_round=lambda _: rounds.append({}),
+                           neighbourhoods=(inst, local_search.class_moves(inst), no_blocks))
     assert found.step_time_s == pytest.approx(3e-3)
-    rounds = " ".join(map(str, asked)).split("round")[:-1]
-    assert rounds[0].split() == ["2", "2"]  # the first as the counts say
-    assert len(rounds) > 1 and all(sum(map(int, r.split())) == 4 for r in rounds)  # then 4 in all, shared
+    rounds = rounds[:-1]
+    assert rounds[0] == {"unchanged": 2, "useful": 2}  # the first as the counts say
+    assert len(rounds) > 1 and all(sum(r.values()) == 4 for r in rounds)  # then 4 in all, shared
+    later = [sum(r.get(name, 0) for r in rounds[1:]) for name in ("unchanged", "useful")]
+    assert later[0] < later[1]  # the source that never helped was given fewer
 
 
 def test_iterated_search_climbs_no_perturbation_that_left_the_best_as_it_was(monkeypatch):
