@@ -11,15 +11,15 @@
                        with a "full"-view policy also one from the best baseline; climbed when it
                        begins better than the best baseline), perturbing by policy episodes and
                        random moves (shared by how often each has improved the best on this
-                       problem, `search.improve(adaptive=True)`); with `budget_s` above the search's time,
-                       the policy is first fine-tuned on the problem (the same MDP it was
-                       trained with). The starts are produced lazily: the best baseline is
-                       climbed before the policy runs at all (its first episode traces a
-                       function: seconds on a loaded host), the policy is not begun with less
-                       time left than building it took last (`_LazyActor`), and no policy
-                       episode takes a step once the deadline has passed, so the budget holds
-                       to a step. Never worse than the best baseline: it is always the first
-                       start, and every start is a candidate.
+                       problem, `search.improve(adaptive=True)`); with `budget_s` above the
+                       search's time, the policy is first fine-tuned on the problem (the same MDP
+                       it was trained with). The starts are produced lazily: the best baseline is
+                       climbed before the policy runs at all (its first episode traces a function:
+                       seconds on a loaded host), the policy is not begun with less time left than
+                       building it took last (`_LazyActor`), and no policy episode takes a step
+                       once the deadline has passed, so the budget holds to a step. Never worse
+                       than the best baseline: it is always the first start, and every start is a
+                       candidate.
 
 Layering: this module sits above `tfplaceto.rl` (which trains and runs the policy) and
 `tfplaceto.search` (which knows no policy); neither imports it.
