@@ -9,7 +9,10 @@ clock: from one local optimum (the best fast baseline climbed, `search.polish`, 
 `--draws` perturbations from each source (in pairs, as a search round does), climb each, and
 compare the climbed placements with the optimum they started from.
 
-`--sources` adds "relink shipped" and "relink untrained" (not among the defaults): path relinking
+`--sources` adds "shipped blind" and "untrained blind" (not among the defaults): the policy's
+windows as they were before session 40, blind to the placement they re-place (a "placed"-view
+policy sees only the classes it has placed in the episode: `placeto.policy_perturbation(sees=False)`).
+It also adds "relink shipped" and "relink untrained": path relinking
 toward the policy's own greedy placement (from a random start), the policy as a guide rather than
 a sampler. Each draw moves `search.WINDOW` consecutive classes (in topological order, at a random
 position) of those where the placement and the guide differ to the guide's devices.
@@ -40,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SOURCES = ("random moves", "shipped", "untrained")
 RELINK = ("relink shipped", "relink untrained")
+BLIND = ("shipped blind", "untrained blind")
 
 
 def relink_moves(problem, guide: np.ndarray, window: int):
@@ -74,7 +78,8 @@ def perturbations(problem, source: str, seed: int):
     if source in RELINK:
         network = resolve_policy(source.split()[1], seed)
         return relink_moves(problem, greedy_placements(problem, network, "random", 1, seed)[0], search.WINDOW)
-    return placeto.policy_perturbation(Actor(problem, resolve_policy(source, seed), seed))
+    network = resolve_policy(source.split()[0], seed)
+    return placeto.policy_perturbation(Actor(problem, network, seed), sees=source not in BLIND)
 
 
 def measure(problem, draws: int, seed: int = 0, sources=SOURCES) -> dict:
@@ -114,7 +119,7 @@ def main(argv=None) -> None:
     parser.add_argument("--clusters", nargs="+", default=["2xK80", "4xV100"])
     parser.add_argument("--draws", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + RELINK)
+    parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + RELINK + BLIND)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from tfplaceto.outputs import atomic_write

@@ -23,6 +23,7 @@ from tfplaceto.policy.observation import (
     START,
     STEP,
     STEP_TIME,
+    VISITED,
     graph_statics,
     pack,
 )
@@ -144,6 +145,33 @@ def test_a_window_episode_re_places_consecutive_classes_only():
     for summary in env.pop_summaries():
         moved = sorted(position[int(n)] for n in np.flatnonzero(summary["placement"] != start))
         assert len(moved) == 5 and moved[-1] - moved[0] == 4
+
+
+@pytest.mark.parametrize("schedule", ["placement", "visited"])
+def test_a_window_that_sees_begins_where_a_whole_episode_reaching_it_would_be(schedule):
+    """`window_sees`: the window's first observation is a whole episode's at that step when the
+    whole episode has put every class before it where the start has it; without it, nothing is
+    visited."""
+    problem = layered(seed=2)
+    start = np.random.default_rng(1).integers(problem.num_devices, size=problem.num_nodes).astype(np.int32)
+    start = problem.tie(start)
+    statics = graph_statics(problem)
+    whole = PlacementEnvironment(problem, initial=start, schedule=schedule)
+    observations, step = [], whole.reset()
+    while not step.is_last().all():  # every class placed where the start has it
+        observations.append(step.observation)
+        step = whole.step(start[statics.steps[step.observation[STEP]]].astype(np.int32))
+    begins = []
+    for seed in range(4):
+        seeing = PlacementEnvironment(problem, initial=start, seed=seed, window=5, window_sees=True,
+                                      schedule=schedule).reset().observation
+        begin = int(seeing[STEP][0])
+        begins.append(begin)
+        for key, value in observations[begin].items():
+            np.testing.assert_allclose(seeing[key], value, err_msg=key)
+        blind = PlacementEnvironment(problem, initial=start, seed=seed, window=5, schedule=schedule).reset()
+        assert int(blind.observation[STEP][0]) == begin and not blind.observation[VISITED].any()
+    assert max(begins) > 0  # windows that begin after the first class, with something to see
 
 
 def test_oom_is_penalized():
@@ -625,7 +653,8 @@ class _RecordingActor:
         self.events.append("actor")
         self._all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
 
-    def episodes(self, start="random", count=1, greedy=True, window=None, seed=None, deadline=None):
+    def episodes(self, start="random", count=1, greedy=True, window=None, seed=None, deadline=None,
+                 window_sees=False):
         self.events.append("episode" if window is None else "window episode")
         return [(self._all_on_last if isinstance(start, str) else start).copy() for _ in range(count)]
 

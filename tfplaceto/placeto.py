@@ -80,14 +80,22 @@ class _LazyActor:
         return self._actor.episodes(*args, deadline=deadline, **kwargs)
 
 
-def policy_perturbation(actor, window: int = search.WINDOW, deadline: float | None = None) -> search.Perturbation:
+def policy_perturbation(actor, window: int = search.WINDOW, deadline: float | None = None,
+                        sees: bool = True) -> search.Perturbation:
     """A Perturbation: sampled policy episodes (of a `tfplaceto.rl.acting.Actor`) re-placing a
     window of `window` consecutive classes of the given placement, in lockstep; none steps
-    after `deadline` (a `time.perf_counter()` value)."""
+    after `deadline` (a `time.perf_counter()` value).
+
+    `sees` (the default): the episode sees the classes before its window where the placement has
+    them (`PlacementEnvironment(window_sees=True)`): it resumes a whole episode at the window, as the
+    policy was trained to act, instead of placing the window into what a "placed"-view policy
+    takes for an empty graph. Its re-placements are then far less destructive, and many leave
+    the placement as it was; those cost only their episode (`search.improve` climbs no unchanged
+    draw) and count against the policy in the adaptive shares (docs/RESULTS.md, session 40)."""
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:
         return actor.episodes(placement, count, greedy=False, window=window,
-                              seed=int(rng.integers(2**31)), deadline=deadline)
+                              seed=int(rng.integers(2**31)), deadline=deadline, window_sees=sees)
 
     return perturb
 

@@ -157,7 +157,7 @@ class Actor:
 
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
                  seed: int | None = None, forced: list[dict[int, int]] | None = None,
-                 deadline: float | None = None) -> list[np.ndarray]:
+                 deadline: float | None = None, window_sees: bool = False) -> list[np.ndarray]:
         """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
         `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
         starts and windows (default: the actor's); `forced`: per episode, {step: device} choices
@@ -167,7 +167,7 @@ class Actor:
         start had them), so a placer's time budget bounds an episode to one step past it."""
         seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
-                                   window=window, dims=self._dims, **self._acting)
+                                   window=window, window_sees=window_sees, dims=self._dims, **self._acting)
         step = env.reset()
         state = self._policy.get_initial_state(count)
         greedy = tf.constant(greedy)

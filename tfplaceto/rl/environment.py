@@ -152,6 +152,10 @@ class PlacementEnvironment(py_environment.PyEnvironment):
       oom_penalty: see the module docstring.
       same_problem: all lanes of a batch place the same problem (sampled per batch).
       window: visit only this many consecutive classes of the order per episode (None: all).
+      window_sees: a window's episode begins with the classes before the window marked visited,
+        as a whole episode would be when it reaches the window, so a policy with the "placed"
+        view sees what lies before the window (its devices, the schedule of its nodes) instead
+        of an empty placement.
       dims: padded observation sizes (default: the smallest that fit `problems`).
       prioritize: share of problem draws made in proportion to the problems' gaps (module
         docstring); 0: uniform.
@@ -166,7 +170,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
                  window: int | None = None, shared_start: bool = False, prioritize: float = 0.0,
-                 passes: int = 1, schedule: str = "placement"):
+                 passes: int = 1, schedule: str = "placement", window_sees: bool = False):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -186,6 +190,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
+        self._window_sees = window_sees
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self._passes = passes
@@ -304,6 +309,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
                       else np.arange(statics.num_steps))
         if self._window is not None and self._window < statics.num_steps:
             begin = int(self._rng.integers(statics.num_steps - self._window + 1))
+            if self._window_sees and begin:
+                lane.visited[np.concatenate([statics.members[s] for s in lane.order[:begin]])] = 1.0
             lane.order = lane.order[begin:begin + self._window]
         lane.order = np.tile(lane.order, self._passes)
         lane.t, lane.done = 0, False
