@@ -12,7 +12,8 @@ An episode improves one placement of one graph, one colocation class (node) at a
   order (`"random"`), so sum_t r_t = (C_0 - C_final) / C_0 and the end placement is entirely the
   policy's choice: a policy that changes nothing keeps its (for "random": bad) start. With
   `window=k` an episode visits only k consecutive classes of that order from a random position:
-  a re-placement of one region of a given placement (the search's policy perturbations).
+  a re-placement of one region of a given placement (the search's policy perturbations); with
+  `window_sees` the classes before the window count as visited, as they would in a whole episode.
   With `passes=k` the episode goes through that order k times: on a later pass every class is
   placed again with the whole placement of the pass before it known (where a class's consumers
   went, which the first pass has not chosen yet when it places the class).
