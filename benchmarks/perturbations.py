@@ -9,9 +9,12 @@ clock: from one local optimum (the best fast baseline climbed, `search.polish`, 
 `--draws` perturbations from each source (in pairs, as a search round does), climb each, and
 compare the climbed placements with the optimum they started from.
 
-`--sources` adds "shipped blind" and "untrained blind" (not among the defaults): the policy's
-windows as they were before session 40, blind to the placement they re-place (a "placed"-view
-policy sees only the classes it has placed in the episode: `placeto.policy_perturbation(sees=False)`).
+The policy's windows ("shipped", "untrained") are the placer's: at a random position, seeing the
+classes before them (`placeto.policy_perturbation`). `--sources` adds (not among the defaults)
+"shipped where it differs" and "untrained where it differs": windows that begin at a class the
+greedy policy would place elsewhere (`where_it_differs=True`, session 41); "shipped blind" and
+"untrained blind": blind to the placement they re-place, as before session 40 (a "placed"-view
+policy then sees only the classes it has placed in the episode: `sees=False`).
 It also adds "relink shipped" and "relink untrained": path relinking
 toward the policy's own greedy placement (from a random start), the policy as a guide rather than
 a sampler. Each draw moves `search.WINDOW` consecutive classes (in topological order, at a random
@@ -43,6 +46,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SOURCES = ("random moves", "shipped", "untrained")
 RELINK = ("relink shipped", "relink untrained")
+WHERE_IT_DIFFERS = ("shipped where it differs", "untrained where it differs")
 BLIND = ("shipped blind", "untrained blind")
 
 
@@ -79,7 +83,8 @@ def perturbations(problem, source: str, seed: int):
         network = resolve_policy(source.split()[1], seed)
         return relink_moves(problem, greedy_placements(problem, network, "random", 1, seed)[0], search.WINDOW)
     network = resolve_policy(source.split()[0], seed)
-    return placeto.policy_perturbation(Actor(problem, network, seed), sees=source not in BLIND)
+    return placeto.policy_perturbation(Actor(problem, network, seed), sees=source not in BLIND,
+                                       where_it_differs=source in WHERE_IT_DIFFERS)
 
 
 def measure(problem, draws: int, seed: int = 0, sources=SOURCES) -> dict:
@@ -119,7 +124,7 @@ def main(argv=None) -> None:
     parser.add_argument("--clusters", nargs="+", default=["2xK80", "4xV100"])
     parser.add_argument("--draws", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + RELINK + BLIND)
+    parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + WHERE_IT_DIFFERS + RELINK + BLIND)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from tfplaceto.outputs import atomic_write

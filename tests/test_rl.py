@@ -174,6 +174,48 @@ def test_a_window_that_sees_begins_where_a_whole_episode_reaching_it_would_be(sc
     assert max(begins) > 0  # windows that begin after the first class, with something to see
 
 
+def test_windows_begin_only_at_the_steps_they_are_given():
+    problem = layered(seed=2)
+    last = graph_statics(problem).num_steps - 1
+    at = [3, 9, last]
+    begins = set()
+    for seed in range(12):
+        env = PlacementEnvironment(problem, initial="random", seed=seed, window=4, window_sees=True, window_at=at)
+        begins.add(int(env.reset().observation[STEP][0]))
+    assert begins == {3, 9, last - 4 + 1}  # a window begun at the last class would run past it
+    with pytest.raises(ValueError, match="topological"):
+        PlacementEnvironment(problem, order="random", window=4, window_at=at)
+
+
+def test_the_policy_disagrees_nowhere_with_its_own_greedy_placement_and_first_where_a_class_was_moved():
+    """`Actor.disagreements`: a "placed"-view policy's greedy end placement is what it would
+    choose at every step; one class moved away from it is the first step it disagrees with, and
+    a greedy window that sees what lies before it, begun there, puts the placement back."""
+    from tfplaceto.rl.acting import Actor
+
+    problem = layered(seed=3)
+    actor = Actor(problem, PlacetoNetwork(view="placed", seed=1), seed=0)
+    own = actor.episodes("random", 1, greedy=True, seed=4)[0]
+    assert len(actor.disagreements(own)) == 0
+    statics, moved_step = graph_statics(problem), 6
+    first = statics.steps[moved_step]
+    moved = own.copy()
+    moved[statics.members[moved_step]] = next(d for d in np.flatnonzero(problem.allowed[first]) if d != own[first])
+    differ = actor.disagreements(moved)
+    assert differ[0] == moved_step
+    repaired = actor.episodes(moved, 1, greedy=True, window=4, window_sees=True, window_at=differ[:1])[0]
+    np.testing.assert_array_equal(repaired, own)
+    # A policy perturbation that begins where the policy differs draws nothing where the policy
+    # would change nothing, and else re-places classes from a disagreement on.
+    perturb = placeto.policy_perturbation(actor, window=4, where_it_differs=True)
+    assert perturb(np.random.default_rng(0), own, 2) == []
+    step_of = np.empty(problem.num_nodes, int)
+    for step, members in enumerate(statics.members):
+        step_of[members] = step
+    for placement in perturb(np.random.default_rng(0), moved, 8):
+        assert step_of[placement != moved].min(initial=moved_step) >= moved_step
+
+
 def test_oom_is_penalized():
     problem = two_chains()
     small = tp.Cluster(gpus(2, memory=2_500_000), name="small")
@@ -654,7 +696,7 @@ class _RecordingActor:
         self._all_on_last = np.full(problem.num_nodes, problem.num_devices - 1, np.int32)
 
     def episodes(self, start="random", count=1, greedy=True, window=None, seed=None, deadline=None,
-                 window_sees=False):
+                 window_sees=False, window_at=None):
         self.events.append("episode" if window is None else "window episode")
         return [(self._all_on_last if isinstance(start, str) else start).copy() for _ in range(count)]
 

@@ -157,32 +157,58 @@ class Actor:
 
     def episodes(self, start="random", count: int = 1, greedy: bool = True, window: int | None = None,
                  seed: int | None = None, forced: list[dict[int, int]] | None = None,
-                 deadline: float | None = None, window_sees: bool = False) -> list[np.ndarray]:
+                 deadline: float | None = None, window_sees: bool = False,
+                 window_at: np.ndarray | None = None) -> list[np.ndarray]:
         """End placements of `count` episodes in lockstep from `start` (see PlacementEnvironment's
-        `initial`); `window`: re-place only that many consecutive classes; `seed`: of the
-        starts and windows (default: the actor's); `forced`: per episode, {step: device} choices
-        made for the policy (a diagnostic: does the policy carry a deviation down its branch?);
-        `deadline` (a `time.perf_counter()` value): no step is taken after it, and the episodes
-        cut there return their placements as they are (the classes not yet visited where the
-        start had them), so a placer's time budget bounds an episode to one step past it."""
+        `initial`); `window`: re-place only that many consecutive classes (`window_sees`,
+        `window_at`: as PlacementEnvironment has them); `seed`: of the starts and windows
+        (default: the actor's); `forced`: per episode, {step: device} choices made for the policy
+        (a diagnostic: does the policy carry a deviation down its branch?); `deadline` (a
+        `time.perf_counter()` value): no step is taken after it, and the episodes cut there
+        return their placements as they are (the classes not yet visited where the start had
+        them), so a placer's time budget bounds an episode to one step past it."""
         seed = self._seed if seed is None else seed
-        env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed,
-                                   window=window, window_sees=window_sees, dims=self._dims, **self._acting)
+        env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed, window=window,
+                                   window_sees=window_sees, window_at=window_at, dims=self._dims, **self._acting)
+        if not self._run(env, greedy, forced, deadline):
+            return env.placements()
+        return [summary["placement"] for summary in env.pop_summaries()]
+
+    def disagreements(self, placement: np.ndarray, deadline: float | None = None) -> np.ndarray:
+        """The steps (classes, by their position in the topological order) where the greedy
+        policy would put the class elsewhere than `placement` has it, every class before it
+        being where `placement` has it: one whole episode replaying `placement`, the policy's
+        own choice at each step recorded and not taken. Where the policy would change a
+        placement, given everything before that point (the greedy policy's own end placement has
+        none). Those found by `deadline` when it cuts the episode."""
+        env = PlacementEnvironment(self._problem, initial=placement, dims=self._dims, **self._acting)
+        devices = np.asarray(placement)[env.statics[0].steps]
+        chosen: list[tuple[int, int]] = []
+        replay = {t: int(devices[t % len(devices)]) for t in range(len(devices) * env.passes)}
+        self._run(env, True, [replay], deadline, chosen)
+        return np.unique([step for step, device in chosen if device != devices[step]]).astype(np.int64)
+
+    def _run(self, env: PlacementEnvironment, greedy: bool, forced, deadline: float | None,
+             chosen: list | None = None) -> bool:
+        """Runs every lane of `env` to its end (False: cut by `deadline`); `chosen`: a list the
+        first lane's (step, the policy's own choice) is appended to at every step."""
         step = env.reset()
-        state = self._policy.get_initial_state(count)
+        state = self._policy.get_initial_state(env.batch_size)
         greedy = tf.constant(greedy)
         t = 0
         while not step.is_last().all():
             if deadline is not None and time.perf_counter() >= deadline:
-                return env.placements()
+                return False
             action, state = self._act(tf.nest.map_structure(tf.constant, step), state, greedy)
             action = action.numpy().copy()
+            if chosen is not None:
+                chosen.append((int(step.observation[observation.STEP][0]), int(action[0])))
             for lane, choices in enumerate(forced or ()):
                 if t in choices and step.observation[observation.ACTION_MASK][lane, choices[t]]:
                     action[lane] = choices[t]
             step = env.step(action)
             t += 1
-        return [summary["placement"] for summary in env.pop_summaries()]
+        return True
 
 
 def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,

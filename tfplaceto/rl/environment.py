@@ -13,7 +13,9 @@ An episode improves one placement of one graph, one colocation class (node) at a
   policy's choice: a policy that changes nothing keeps its (for "random": bad) start. With
   `window=k` an episode visits only k consecutive classes of that order from a random position:
   a re-placement of one region of a given placement (the search's policy perturbations); with
-  `window_sees` the classes before the window count as visited, as they would in a whole episode.
+  `window_sees` the classes before the window count as visited, as they would in a whole episode;
+  `window_at` names the steps it may begin at (the placer's: where the policy would change the
+  placement, `Actor.disagreements`).
   With `passes=k` the episode goes through that order k times: on a later pass every class is
   placed again with the whole placement of the pass before it known (where a class's consumers
   went, which the first pass has not chosen yet when it places the class).
@@ -157,6 +159,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         as a whole episode would be when it reaches the window, so a policy with the "placed"
         view sees what lies before the window (its devices, the schedule of its nodes) instead
         of an empty placement.
+      window_at: the steps (classes, by their position in the topological order) a window may
+        begin at, one drawn per episode (None: any); a window that would run past the last
+        class begins early enough to end at it.
       dims: padded observation sizes (default: the smallest that fit `problems`).
       prioritize: share of problem draws made in proportion to the problems' gaps (module
         docstring); 0: uniform.
@@ -171,7 +176,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
                  initial: Initial | tuple = "random", order: str = "topological", seed: int = 0,
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
                  window: int | None = None, shared_start: bool = False, prioritize: float = 0.0,
-                 passes: int = 1, schedule: str = "placement", window_sees: bool = False):
+                 passes: int = 1, schedule: str = "placement", window_sees: bool = False,
+                 window_at: Sequence[int] | None = None):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -192,6 +198,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             raise ValueError(f"window must be at least 1, got {window}")
         self._window = window
         self._window_sees = window_sees
+        if window_at is not None and (order != "topological" or not len(window_at)):
+            raise ValueError("window_at needs the topological order and at least one step")
+        self._window_at = None if window_at is None else np.asarray(window_at, np.int64)
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self._passes = passes
@@ -309,7 +318,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         lane.order = (self._rng.permutation(statics.num_steps) if self._order_kind == "random"
                       else np.arange(statics.num_steps))
         if self._window is not None and self._window < statics.num_steps:
-            begin = int(self._rng.integers(statics.num_steps - self._window + 1))
+            last = statics.num_steps - self._window
+            begin = (int(self._rng.integers(last + 1)) if self._window_at is None
+                     else min(int(self._rng.choice(self._window_at)), last))
             if self._window_sees and begin:
                 lane.visited[np.concatenate([statics.members[s] for s in lane.order[:begin]])] = 1.0
             lane.order = lane.order[begin:begin + self._window]
