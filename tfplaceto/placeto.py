@@ -99,8 +99,9 @@ def policy_perturbation(actor, window: int = search.WINDOW, deadline: float | No
     one replayed episode per placement asked about); none is drawn when there is no such class.
     Draw for draw, from one local optimum, these climb to a better placement more often than
     random moves and than untrained weights' do, from gentler perturbations in less climbing
-    time; in the 10 s search they did worse than windows at random positions, as far as four
-    seeds tell (docs/RESULTS.md, session 41), so `method="placeto"` does not use them."""
+    time. In the 10 s search they did worse than windows at random positions, both in their
+    place and as a second policy source beside them, as far as four seeds tell (docs/RESULTS.md,
+    session 41), so `method="placeto"` does not use them."""
     asked: dict[bytes, np.ndarray] = {}  # the placement last asked about -> its disagreements
 
     def perturb(rng: np.random.Generator, placement: np.ndarray, count: int) -> list[np.ndarray]:

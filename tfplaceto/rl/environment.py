@@ -14,8 +14,8 @@ An episode improves one placement of one graph, one colocation class (node) at a
   `window=k` an episode visits only k consecutive classes of that order from a random position:
   a re-placement of one region of a given placement (the search's policy perturbations); with
   `window_sees` the classes before the window count as visited, as they would in a whole episode;
-  `window_at` names the steps it may begin at (the placer's: where the policy would change the
-  placement, `Actor.disagreements`).
+  `window_at` names the steps it may begin at (`placeto.policy_perturbation(where_it_differs=True)`:
+  where the policy would change the placement, `Actor.disagreements`).
   With `passes=k` the episode goes through that order k times: on a later pass every class is
   placed again with the whole placement of the pass before it known (where a class's consumers
   went, which the first pass has not chosen yet when it places the class).
