@@ -209,9 +209,7 @@ def test_the_policy_disagrees_nowhere_with_its_own_greedy_placement_and_first_wh
     # would change nothing, and else re-places classes from a disagreement on.
     perturb = placeto.policy_perturbation(actor, window=4, where_it_differs=True)
     assert perturb(np.random.default_rng(0), own, 2) == []
-    step_of = np.empty(problem.num_nodes, int)
-    for step, members in enumerate(statics.members):
-        step_of[members] = step
+    step_of = np.argsort(statics.step_class)[statics.classes]  # each node's step
     for placement in perturb(np.random.default_rng(0), moved, 8):
         assert step_of[placement != moved].min(initial=moved_step) >= moved_step
 
