@@ -6,14 +6,14 @@ import os
 import numpy as np
 import tensorflow as tf
 from test_rl import layered  # tests/ is on sys.path under pytest
-from tf_agents.policies import greedy_policy, py_tf_eager_policy
+from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
 from tfplaceto.cli import main
 from tfplaceto.policy.checkpoint import PRETRAINED_DIR, SAVED_POLICY, load_policy
 from tfplaceto.policy.observation import ACTION_MASK, pack
 from tfplaceto.rl.acting import specs
-from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+from tfplaceto.rl.agent import PlacetoGreedyPolicy, PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.train import train
 
@@ -30,8 +30,7 @@ def test_the_saved_policy_loads_without_tfplaceto_and_acts_like_the_network(tmp_
     for index in range(2):  # either training problem, observed by a PlacementEnvironment over both
         env = PlacementEnvironment(problems, batch_size=3, seed=index, same_problem=True)
         # The reference: the same greedy policy built in this process over the loaded network.
-        reference = greedy_policy.GreedyPolicy(PlacetoPolicy(*specs(env), network,
-                                                             as_tensors(pack(env.statics, env.dims))))
+        reference = PlacetoGreedyPolicy(PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims))))
         state, saved_state = reference.get_initial_state(3), saved.get_initial_state(3)
         step = env.reset()
         steps = 0

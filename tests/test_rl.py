@@ -13,7 +13,7 @@ import tfplaceto as tp
 from tfplaceto import errors, placeto, search
 from tfplaceto.graph.op_graph import make_op_graph
 from tfplaceto.policy.checkpoint import load_policy, save_policy
-from tfplaceto.policy.network import PlacetoNetwork
+from tfplaceto.policy.network import MASKED_LOGIT, PlacetoNetwork
 from tfplaceto.policy.observation import (
     ACTION_MASK,
     BUSY,
@@ -29,7 +29,7 @@ from tfplaceto.policy.observation import (
 )
 from tfplaceto.problem import Best, Problem, allowed_devices
 from tfplaceto.rl.acting import greedy_placements
-from tfplaceto.rl.agent import as_tensors
+from tfplaceto.rl.agent import as_tensors, greedy_actions
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.train import train
 
@@ -1052,6 +1052,47 @@ def test_exploration_deviates_to_uniformly_random_allowed_devices_in_collection_
     zero = PlacetoPolicy(*specs(env), network, statics, seed=1, exploration=0.0)
     np.testing.assert_array_equal(zero.action(time_step, ()).action.numpy(),
                                   plain.action(time_step, ()).action.numpy())
+
+
+def test_greedy_actions_count_the_devices_the_policy_scores_alike_as_one_outcome():
+    masked = MASKED_LOGIT
+    logits = np.array([
+        [1.0, 0.5, 0.5, 0.5],  # 0.36 on device 0, 0.64 on one of the three alike: the first of them
+        [2.0, 0.5, 0.5, masked],  # 0.69 on device 0, 0.31 on the two alike
+        [1.0, 0.5, masked, masked],  # masked slots are alike but no outcome
+        [1.0, 0.5, 0.51, 0.52],  # close, but not alike: the plain argmax
+        [1.0, 0.5, np.nextafter(np.float32(0.5), np.float32(1)), 0.5],  # alike up to float rounding
+    ], np.float32)
+    np.testing.assert_array_equal(greedy_actions(tf.constant(logits), "outcome").numpy(), [1, 0, 0, 0, 1])
+    np.testing.assert_array_equal(greedy_actions(tf.constant(logits), "device").numpy(), [0, 0, 0, 0, 0])
+    # On logits with many ties: the first device of the likeliest outcome.
+    rng = np.random.default_rng(0)
+    logits = (rng.integers(0, 4, (300, 8)) * 0.7).astype(np.float32)
+    logits[:, 1:][rng.random((300, 7)) < 0.3] = masked
+    for row, chosen in zip(logits, greedy_actions(tf.constant(logits), "outcome").numpy()):
+        allowed = row > masked / 2
+        probability = np.exp(row - row[allowed].max()) * allowed
+        outcomes = {value: probability[allowed & (row == value)].sum() for value in row[allowed]}
+        assert outcomes[row[chosen]] >= max(outcomes.values()) * (1 - 1e-6)
+        assert chosen == np.flatnonzero(allowed & (row == row[chosen]))[0]
+
+
+def test_greedy_episodes_of_the_actor_and_of_the_greedy_tf_agents_policy_agree():
+    from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, specs
+    from tfplaceto.rl.agent import PlacetoGreedyPolicy, PlacetoPolicy
+
+    problem = layered(seed=3, devices=4)  # four devices alike to the policy until used
+    ends = {}
+    for way in ("device", "outcome"):
+        network = PlacetoNetwork(hidden=8, rounds=2, seed=1, refresh_every=2, view="placed", greedy=way)
+        env = PlacementEnvironment(problem, initial="random", seed=7, **network.acting)
+        policy = PlacetoGreedyPolicy(PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims))))
+        collect(env, CompiledPyPolicy(policy), env.reset())
+        ends[way] = Actor(problem, network).episodes("random", 1, greedy=True, seed=7)[0]
+        np.testing.assert_array_equal(env.pop_summaries()[0]["placement"], ends[way])
+    # The same untrained weights: by the likeliest device every class goes to the one device
+    # the others are not alike to; by the likeliest outcome, to all four.
+    assert len(np.unique(ends["device"])) < len(np.unique(ends["outcome"]))
 
 
 def test_weight_decay_shrinks_every_weight_by_its_share_of_the_step():

@@ -56,17 +56,17 @@ def training_problems(command: str):
 def policy_saver(network, problems):
     """A TF-Agents `PolicySaver` of the greedy policy over `network` acting on `problems`: the same
     policy a training run on those problems exports (`PlacetoAgent.policy`)."""
-    from tf_agents.policies import greedy_policy, policy_saver
+    from tf_agents.policies import policy_saver
 
     from tfplaceto.policy.observation import pack
     from tfplaceto.rl.acting import specs
-    from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
+    from tfplaceto.rl.agent import PlacetoGreedyPolicy, PlacetoPolicy, as_tensors
     from tfplaceto.rl.environment import PlacementEnvironment
 
     env = PlacementEnvironment(problems, batch_size=1)
     collect = PlacetoPolicy(*specs(env), network, as_tensors(pack(env.statics, env.dims)),
                             name="collect_policy")
-    return policy_saver.PolicySaver(greedy_policy.GreedyPolicy(collect, name="greedy_policy"), batch_size=None)
+    return policy_saver.PolicySaver(PlacetoGreedyPolicy(collect, name="greedy_policy"), batch_size=None)
 
 
 def write_saved_policy(directory: str, command: str) -> str:

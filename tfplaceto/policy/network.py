@@ -34,6 +34,7 @@ from tfplaceto.policy import features as F
 from tfplaceto.policy.observation import ACTION_MASK, Dims, empty_observations, pack
 
 MASKED_LOGIT = -1e9
+GREEDY = ("device", "outcome")  # what a greedy step takes: `PlacetoNetwork`'s `greedy`
 
 
 class _SeededInit(snt.initializers.Initializer):
@@ -251,22 +252,33 @@ class PlacetoNetwork(snt.Module):
         choice is the device the members agree on most. Each member is cloned on its own
         (`rl.cloning.clone`): networks fitted to the same teachers from different seeds err on
         different rows, and the mean cancels part of it (docs/RESULTS.md, session 37).
+      greedy: what a greedy step of this policy takes (`GREEDY`; `rl.agent.greedy_actions`):
+        "device", the likeliest device (the argmax of the logits), or "outcome", the likeliest
+        outcome, the devices it scores alike counted as one. Not a part of the network either,
+        but of how it acts, so saved with it (a policy saved without it takes the likeliest
+        device). "outcome" is the shipped ensemble's: its clones give a teacher's move to "some
+        idle device" and split it among the idle devices alike; chosen on validation members
+        (docs/RESULTS.md, session 42). A policy trained by reinforcement learning alone and
+        selected by its "device" episodes may do worse with "outcome" (one of four per-graph
+        policies measured there).
     """
 
     def __init__(self, hidden: int = 32, rounds: int = 8, seed: int = 0, refresh_every: int = 1,
                  view: str = "full", nodes_on_device: bool | None = None, passes: int = 1,
                  transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
-                 ensemble: int = 1, name: str = "placeto_network"):
+                 ensemble: int = 1, greedy: str = "device", name: str = "placeto_network"):
         super().__init__(name=name)
         for arg, value in (("refresh_every", refresh_every), ("passes", passes), ("ensemble", ensemble)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise errors.InvalidArgumentError(f"{arg} must be an integer >= 1, got {value!r}")
+        if greedy not in GREEDY:
+            raise errors.InvalidArgumentError(f"greedy must be one of {GREEDY}, got {greedy!r}")
         if view not in F.VIEWS:
             raise errors.InvalidArgumentError(f"view must be one of {F.VIEWS}, got {view!r}")
         self._config = {"hidden": hidden, "rounds": rounds, "seed": seed, "refresh_every": refresh_every,
                         "view": view, "nodes_on_device": nodes_on_device, "passes": passes,
                         "transfer_costs": bool(transfer_costs), "device_context": bool(device_context),
-                        "unvisited_work": bool(unvisited_work), "ensemble": ensemble}
+                        "unvisited_work": bool(unvisited_work), "ensemble": ensemble, "greedy": greedy}
         self._built = False
         self._members = [PlacetoNetwork(**{**self._config, "seed": seed + k, "ensemble": 1}, name=f"member_{k}")
                          for k in range(ensemble)] if ensemble > 1 else []

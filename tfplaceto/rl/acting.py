@@ -128,8 +128,9 @@ class Actor:
     """Runs a network's policy on one problem: greedy or sampled episodes from given starts.
 
     One compiled function (batch size free, greedy or sampled chosen by an argument) serves
-    every call, so a placer that runs the policy many times traces it once. Sampling uses the
-    policy's own seeded generator (`PlacetoPolicy`).
+    every call, so a placer that runs the policy many times traces it once. Greedy steps choose
+    as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own seeded generator
+    (`PlacetoPolicy`).
     """
 
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
@@ -147,9 +148,9 @@ class Actor:
         @tf.function(input_signature=signature, autograph=False)
         def act(time_step, state, greedy):
             logits, state = policy.logits(time_step, state)
-            noise = policy.gumbel_noise(tf.shape(logits))
-            noise = tf.where(greedy, tf.zeros_like(noise), noise)
-            return tf.argmax(logits + noise, axis=-1, output_type=tf.int32), state
+            # Drawn when greedy too: the generator's state then depends on the steps taken alone.
+            sampled = tf.argmax(logits + policy.gumbel_noise(tf.shape(logits)), axis=-1, output_type=tf.int32)
+            return tf.where(greedy, policy.greedy_actions(logits), sampled), state
 
         call = _flat_call(act.get_concrete_function())  # traced here: building an Actor is its whole warm-up
         self._policy = policy

@@ -310,7 +310,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           prioritize: float = 0.0, select_on: Problem | Sequence[Problem] | None = None,
           average_weights: float = 0.0, problems_per_update: int = 1, weight_decay: float = 0.0,
           credit: str = "to_go", transfer_costs: bool = False, device_context: bool = False, unvisited_work: bool = False,
-          ensemble: int = 1,
+          ensemble: int = 1, greedy: str = "device",
           collector: Callable | None = None, reproducible: bool = True,
           pretrain: Callable[[PlacetoNetwork], dict | None] | None = None) -> TrainResult:
     """Trains a Placeto policy on `problems` (one graph, or a family); resumes from `logdir`.
@@ -326,8 +326,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
         uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
       hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs,
-        device_context, unvisited_work, ensemble: the network (`PlacetoNetwork`; ignored when
-        `network` is given);
+        device_context, unvisited_work, ensemble, greedy: the network (`PlacetoNetwork`; ignored
+        when `network` is given);
         `passes`: the episodes place every class that many times (`PlacementEnvironment`), as
         the saved policy then acts. Not in train.gin: passes 2 validated no better than 1 over
         four seeds (docs/RESULTS.md, session 26), nor transfer_costs over three (better on
@@ -396,7 +396,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         network = network or PlacetoNetwork(hidden=hidden, rounds=rounds, seed=seed, refresh_every=refresh_every,
                                             view=view, nodes_on_device=nodes_on_device, passes=passes,
                                             transfer_costs=transfer_costs, device_context=device_context,
-                                            unvisited_work=unvisited_work, ensemble=ensemble)
+                                            unvisited_work=unvisited_work, ensemble=ensemble, greedy=greedy)
         env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                    oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize,
                                    **network.acting)
