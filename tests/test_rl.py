@@ -1081,7 +1081,7 @@ def test_greedy_episodes_of_the_actor_and_of_the_greedy_tf_agents_policy_agree()
     from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, specs
     from tfplaceto.rl.agent import PlacetoGreedyPolicy, PlacetoPolicy
 
-    problem = layered(seed=3, devices=4)  # four devices alike to the policy until used
+    problem = layered(seed=3, devices=4)  # three GPUs, alike to the policy until used, and the host
     ends = {}
     for way in ("device", "outcome"):
         network = PlacetoNetwork(hidden=8, rounds=2, seed=1, refresh_every=2, view="placed", greedy=way)
@@ -1090,8 +1090,9 @@ def test_greedy_episodes_of_the_actor_and_of_the_greedy_tf_agents_policy_agree()
         collect(env, CompiledPyPolicy(policy), env.reset())
         ends[way] = Actor(problem, network).episodes("random", 1, greedy=True, seed=7)[0]
         np.testing.assert_array_equal(env.pop_summaries()[0]["placement"], ends[way])
-    # The same untrained weights: by the likeliest device every class goes to the one device
-    # the others are not alike to; by the likeliest outcome, to all four.
+    # The same untrained weights: by the likeliest device every class goes to the host (the one
+    # device no other is alike to); by the likeliest outcome the GPUs count as one, and all four
+    # devices are used.
     assert len(np.unique(ends["device"])) < len(np.unique(ends["outcome"]))
 
 

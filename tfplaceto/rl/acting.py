@@ -129,8 +129,8 @@ class Actor:
 
     One compiled function (batch size free, greedy or sampled chosen by an argument) serves
     every call, so a placer that runs the policy many times traces it once. Greedy steps choose
-    as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own seeded generator
-    (`PlacetoPolicy`).
+    as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own
+    seeded generator (`PlacetoPolicy`).
     """
 
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):

@@ -52,7 +52,7 @@ def as_tensors(packed: dict) -> dict:
     return {key: tf.constant(value) for key, value in packed.items()}
 
 
-def greedy_actions(logits: tf.Tensor, greedy: str = "outcome", dtype=tf.int32) -> tf.Tensor:
+def greedy_actions(logits: tf.Tensor, greedy: str, dtype=tf.int32) -> tf.Tensor:
     """The greedy action (B,) of masked logits (B, D). `greedy` (`PlacetoNetwork`'s): "device",
     the likeliest device (the argmax); "outcome", the device of the likeliest outcome, the allowed
     devices the policy scores alike (within `ALIKE`) counted as one outcome. That is the argmax of
