@@ -797,7 +797,30 @@ def test_iterated_search_climbs_no_perturbation_that_left_the_best_as_it_was(mon
     monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: climbed.append(placement) or placement)
     keep_or_move = lambda rng, placement, count: [placement.copy(), 1 - placement]  # noqa: E731
     search.improve(problem, best, [(keep_or_move, 2)], seed=0, patience=1)
-    assert len(climbed) == 1 and not np.array_equal(climbed[0], start)
+    assert climbed and not any(np.array_equal(placement, start) for placement in climbed)
+
+
+def test_patience_counts_climbs_so_draws_that_change_nothing_do_not_end_the_search_sooner(monkeypatch):
+    problem = two_chains(megabytes=100)
+    start = np.zeros(problem.num_nodes, np.int32)
+    climbed, rounds = [], []
+    monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: climbed.append(placement) or placement)
+
+    def search_with(perturb):
+        climbed.clear(), rounds.clear()
+        best = Best()
+        best.offer(problem.simulator().run(start)[0], False, start)
+        search.improve(problem, best, [(perturb, 4)], seed=0, patience=3, on_round=rounds.append)
+
+    # Nothing better is found (the climb is the identity, 1 - start only mirrors the placement):
+    # 3 rounds' worth of climbs (3 x 4), whatever share of the draws left the best as it was.
+    search_with(lambda rng, placement, count: [1 - placement] * count)
+    assert (len(climbed), len(rounds)) == (12, 3)
+    search_with(lambda rng, placement, count: [placement.copy(), 1 - placement] * (count // 2))
+    assert (len(climbed), len(rounds)) == (12, 6)
+    # Draws that never change the best end it too, after as many rounds.
+    search_with(lambda rng, placement, count: [placement.copy()] * count)
+    assert (len(climbed), len(rounds)) == (0, 12)
 
 
 def test_block_moves_move_a_chain_that_single_moves_cannot():

@@ -17,11 +17,11 @@ untrained weights) through the same calls. Map of the file:
                        `adaptive`: the draws shared among the perturbations by the share of
                        each one's draws that improved the best (Thompson sampling).
   search               starts (the first climbed, a later one when it begins better than the first)
-                       + improve until a deadline or `patience` idle rounds. The starts may be
-                       produced lazily (any iterable, a generator): each is offered (and
-                       climbed) before the next is asked for, and none is asked for after the
-                       deadline but the first, so a costly start (a policy's episode) costs
-                       nothing when the time is gone.
+                       + improve until a deadline or `patience` rounds' worth of idle climbs.
+                       The starts may be produced lazily (any iterable, a generator): each is
+                       offered (and climbed) before the next is asked for, and none is asked
+                       for after the deadline but the first, so a costly start (a policy's
+                       episode) costs nothing when the time is gone.
 
 Every placement evaluated is a candidate; the answer is the best, so the search is never worse
 than its starts. Deterministic given `seed` when it stops by patience; a search cut by the
@@ -42,7 +42,7 @@ Perturbation = Callable[[np.random.Generator, np.ndarray, int], list[np.ndarray]
 BUDGET_S = local_search.DEFAULT_BUDGET_S  # the default search time: local_search's, to compare
 BLOCK_SIZES = (2, 4, 8, 16, 32)  # consecutive tie classes a block move sends to one device
 WINDOW = 8  # classes re-placed by one perturbation
-PATIENCE = 8  # rounds without improvement that end the search
+PATIENCE = 8  # rounds' worth of climbs without improvement that end the search (`improve`)
 
 
 def block_moves(problem: Problem, inst=None) -> local_search.Moves:
@@ -148,8 +148,13 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
 
     Each round draws `count` perturbed placements of the best from each (perturbation, count),
     climbs each (`polish`; not one that left the best as it was, as a policy's re-placement
-    sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds in a
-    row without improvement; `on_round(best)` is called after every round.
+    sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds' worth
+    of climbs (`patience` times the counts' sum) without improvement; `on_round(best)` is called
+    after every round. Climbs, not rounds: a draw that left the best as it was costs no climb,
+    and counted by rounds, a search whose policy returns many such draws would give up sooner,
+    in climbs and in seconds, than one of random moves (on cifar10-cells/101 at 8 of its 10 s:
+    docs/RESULTS.md, session 43). A search whose draws never change the best still ends, after that many
+    rounds.
 
     `adaptive`: after a first round as the counts say, each round's draws (the counts' sum) are
     shared among the perturbations by Thompson sampling (`_shares`) on the share of each one's
@@ -164,8 +169,9 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
     counts = np.array([count for _, count in perturbations])
     draws, gains = np.zeros(len(counts)), np.zeros(len(counts))
-    idle = 0
-    while idle < patience and time.perf_counter() < deadline:
+    idle = patience * int(counts.sum())  # climbs (and rounds) without improvement that end it
+    idle_climbs = idle_rounds = 0
+    while idle_climbs < idle and idle_rounds < idle and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
         if adaptive and draws.all():  # every source tried
             counts = _shares(rng, draws, gains, counts.sum())
@@ -180,7 +186,11 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
                 offer(problem, best, moved)
                 offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
                 gains[source] += (best.oom, best.step_time_s) < was
-        idle = idle + 1 if (best.oom, best.step_time_s) >= before else 0
+                idle_climbs += 1
+        if (best.oom, best.step_time_s) < before:
+            idle_climbs = idle_rounds = 0
+        else:
+            idle_rounds += 1
         if on_round is not None:
             on_round(best)
     return best
