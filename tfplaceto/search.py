@@ -153,8 +153,8 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     after every round. Climbs, not rounds: a draw that left the best as it was costs no climb,
     and counted by rounds, a search whose policy returns many such draws would give up sooner,
     in climbs and in seconds, than one of random moves (on cifar10-cells/101 at 8 of its 10 s:
-    docs/RESULTS.md, session 43). A search whose draws never change the best still ends, after that many
-    rounds.
+    docs/RESULTS.md, session 43). A search whose draws never change the best still ends, after
+    as many rounds.
 
     `adaptive`: after a first round as the counts say, each round's draws (the counts' sum) are
     shared among the perturbations by Thompson sampling (`_shares`) on the share of each one's
