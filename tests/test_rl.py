@@ -807,7 +807,8 @@ def test_patience_counts_climbs_so_draws_that_change_nothing_do_not_end_the_sear
     monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: climbed.append(placement) or placement)
 
     def search_with(perturb):
-        climbed.clear(), rounds.clear()
+        climbed.clear()
+        rounds.clear()
         best = Best()
         best.offer(problem.simulator().run(start)[0], False, start)
         search.improve(problem, best, [(perturb, 4)], seed=0, patience=3, on_round=rounds.append)
