@@ -28,9 +28,17 @@ and prints, beside each variant's pooled mean ratio, placeto's paired difference
 (per row and seed: placeto's ratio less the control's) with its standard error and the rows where
 placeto is better and worse: a difference within about two standard errors is not shown.
 
+`--rerun FILE --variants placeto,untrained` runs those variants again on FILE's rows (with the
+same `--seed` as FILE's run), keeping its other figures (marked = in the table): a change to one
+variant measured against the stored others. `--ended-before S` runs a variant only where FILE's
+search ended before S wall seconds: for a change to a stopping rule under which a search can only
+end later, a search FILE's run cut at its deadline runs the same (but for the wall clock's say in
+its last round).
+
 Run: .venv/bin/python benchmarks/ablation.py [--graphs inception_v3,nmt_4l,nasnet]
      [--clusters 2xK80,4xK80,4xV100,8xV100] [--held-out 100,101] [--out ablation.json]
      .venv/bin/python benchmarks/ablation.py --pool ablation_seed0.json ablation_seed1.json ...
+     .venv/bin/python benchmarks/ablation.py --rerun ablation_seed0.json --variants placeto [--ended-before 9.8]
 """
 
 from __future__ import annotations
@@ -89,16 +97,27 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="ablation.json")
     parser.add_argument("--pool", nargs="+", metavar="FILE", help="pool the rows of these runs' --out files")
+    parser.add_argument("--rerun", metavar="FILE", help="the rows of this run's --out file (not --graphs, "
+                        "--held-out), its figures kept but for --variants")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="the variants to run (default: all)")
+    parser.add_argument("--ended-before", type=float, metavar="S", help="with --rerun: run a variant only on "
+                        "the rows where FILE's ended before S wall seconds")
     args = parser.parse_args(argv)
+
+    def stored_rows(name: str) -> list[dict]:
+        try:
+            return json.loads(pathlib.Path(name).read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--pool and --rerun take this benchmark's --out files; {name}: {type(error).__name__}: {error}")
+
     if args.pool:
-        rows = []
-        for name in args.pool:
-            try:
-                rows += json.loads(pathlib.Path(name).read_text())["rows"]
-            except (OSError, ValueError, KeyError, TypeError) as error:
-                parser.error(f"--pool takes this benchmark's --out files; {name}: {type(error).__name__}: {error}")
-        print(json.dumps(pooled(rows), indent=1))
+        print(json.dumps(pooled([row for name in args.pool for row in stored_rows(name)]), indent=1))
         return
+    variants = args.variants.split(",")
+    if not set(variants) <= set(VARIANTS):
+        parser.error(f"--variants: some of {','.join(VARIANTS)}")
+    if args.rerun is None and (set(variants) != set(VARIANTS) or args.ended_before is not None):
+        parser.error("--variants (but all) and --ended-before go with --rerun")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
@@ -108,6 +127,17 @@ def main(argv=None) -> None:
 
     def problems():
         """(graph, cluster, Problem, group) of every row, built as they are needed."""
+        if args.rerun:
+            for row in stored_rows(args.rerun):
+                graph, cluster_name = row["graph"], row["cluster"]
+                if "/" in graph:  # a family member, imported as training imports it
+                    problem = problems_for([f"builtin:{graph}"], [cluster_name])[0][0]
+                else:
+                    op_graph = import_graph(f"builtin:{graph}")
+                    cluster = as_cluster(cluster_name)
+                    problem = make_problem(op_graph, cluster, profile(op_graph, cluster))
+                yield graph, cluster_name, problem, row["group"]
+            return
         for graph in filter(None, args.graphs.split(",")):
             op_graph = import_graph(f"builtin:{graph}")
             for cluster_name in args.clusters.split(","):
@@ -123,19 +153,25 @@ def main(argv=None) -> None:
     rows = []
     print(f"{'graph':17} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
           + "   (simulated ms; wall s in brackets)")
+    stored = iter(stored_rows(args.rerun) if args.rerun else ())
     for graph, cluster_name, problem, group in problems():
         simulator = problem.simulator()
-        times = baseline_times(problem)
-        row = {"graph": graph, "cluster": cluster_name, "group": group, "baselines": times, "variants": {}}
+        row = next(stored, None) or {"graph": graph, "cluster": cluster_name, "group": group,
+                                     "baselines": baseline_times(problem), "variants": {}}
         cells = []
         for variant in VARIANTS:
-            start = time.perf_counter()
-            device_of = run_variant(variant, problem, args.seed)
-            wall = time.perf_counter() - start
-            step, _, oom = simulator.run(device_of)
-            row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
-            cells.append(f"{step * 1e3:8.2f}{'!' if oom else ' '}({wall:3.0f})")
-        best_fast = min(t for t, oom in times.values() if not oom)
+            kept = row["variants"].get(variant)
+            if variant in variants and (kept is None or args.ended_before is None
+                                        or kept["wall_s"] < args.ended_before):
+                start = time.perf_counter()
+                device_of = run_variant(variant, problem, args.seed)
+                wall = time.perf_counter() - start
+                step, _, oom = simulator.run(device_of)
+                row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
+            figure = row["variants"][variant]
+            cells.append(f"{figure['step_time_s'] * 1e3:8.2f}{'!' if figure['oom'] else ' '}({figure['wall_s']:3.0f})"
+                         + ("" if variant in variants else "="))  # =: kept from --rerun's file
+        best_fast = min(t for t, oom in row["baselines"].values() if not oom)
         rows.append(row)
         print(f"{graph:17} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>14}" for c in cells),
               flush=True)

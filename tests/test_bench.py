@@ -59,6 +59,30 @@ def test_ablation_pools_runs_and_pairs_placeto_with_each_control_row_by_row(caps
     assert "README.md: JSONDecodeError" in capsys.readouterr().err
 
 
+def test_ablation_reruns_chosen_variants_on_a_stored_runs_rows_and_keeps_the_others(tmp_path, capsys):
+    from conftest import ROOT, load_script
+
+    ablation = load_script("benchmarks/ablation.py")
+    stored = json.loads((ROOT / "docs" / "ablation_heldout90_seed0.json").read_text())
+    row = next(r for r in stored["rows"] if (r["graph"], r["cluster"]) == ("ptb-cells/100", "2xK80"))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"rows": [row]}))
+    out = tmp_path / "rerun.json"
+    # Random moves alone ends by patience here (in about 1 s): seeded, it finds the same again.
+    ablation.main(["--rerun", str(run), "--variants", "random moves", "--seed", "0", "--out", str(out)])
+    again = json.loads(out.read_text())["rows"][0]["variants"]
+    assert again["random moves"]["step_time_s"] == row["variants"]["random moves"]["step_time_s"]
+    assert again["random moves"]["wall_s"] != row["variants"]["random moves"]["wall_s"]  # run, not copied
+    assert all(again[v] == row["variants"][v] for v in ("local_search", "placeto", "untrained"))
+    # --ended-before: nothing the stored run ended later than that is run again.
+    ablation.main(["--rerun", str(run), "--variants", "random moves", "--ended-before", "0.01", "--out", str(out)])
+    assert json.loads(out.read_text())["rows"][0]["variants"] == row["variants"]
+    capsys.readouterr()
+    for wrong in (["--variants", "placeto"], ["--rerun", str(run), "--variants", "climbing"]):
+        with pytest.raises(SystemExit):  # a usage error, no traceback
+            ablation.main(wrong + ["--out", str(out)])
+
+
 def test_generalization_merge_reports_runs_without_controls_and_joins_them_with_controls(capsys):
     from conftest import ROOT, load_script
 

@@ -824,6 +824,29 @@ def test_patience_counts_climbs_so_draws_that_change_nothing_do_not_end_the_sear
     assert (len(climbed), len(rounds)) == (0, 12)
 
 
+def test_patience_is_per_source_so_a_second_source_does_not_spend_the_first_ones(monkeypatch):
+    problem = two_chains(megabytes=100)
+    start = np.zeros(problem.num_nodes, np.int32)
+    climbed = []
+    monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: climbed.append(placement) or placement)
+
+    def mirrored(rng, placement, count):  # a draw that is climbed and never improves the best
+        return [1 - placement] * count
+
+    def climbs(perturbations):
+        climbed.clear()
+        best = Best()
+        best.offer(problem.simulator().run(start)[0], False, start)
+        search.improve(problem, best, perturbations, seed=0, patience=3)
+        return len(climbed)
+
+    # Alone, a source of 4 draws a round ends the search after 3 rounds' worth of them (12 climbs).
+    assert climbs([(mirrored, 4)]) == 12
+    # Two sources: the search ends when one of them has had its 12, not after 12 in all, so a
+    # second source does not halve the climbs of the first.
+    assert climbs([(mirrored, 2), (mirrored, 2)]) == 24
+
+
 def test_block_moves_move_a_chain_that_single_moves_cannot():
     from tfplaceto.baselines import local_search
 

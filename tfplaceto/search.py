@@ -17,7 +17,8 @@ untrained weights) through the same calls. Map of the file:
                        `adaptive`: the draws shared among the perturbations by the share of
                        each one's draws that improved the best (Thompson sampling).
   search               starts (the first climbed, a later one when it begins better than the first)
-                       + improve until a deadline or `patience` rounds' worth of idle climbs.
+                       + improve until a deadline or until one perturbation has had `patience`
+                       rounds' worth of idle climbs.
                        The starts may be produced lazily (any iterable, a generator): each is
                        offered (and climbed) before the next is asked for, and none is asked
                        for after the deadline but the first, so a costly start (a policy's
@@ -148,13 +149,20 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
 
     Each round draws `count` perturbed placements of the best from each (perturbation, count),
     climbs each (`polish`; not one that left the best as it was, as a policy's re-placement
-    sometimes does) and keeps the best seen. Ends at `deadline` or after `patience` rounds' worth
-    of climbs (`patience` times the counts' sum) without improvement; `on_round(best)` is called
-    after every round. Climbs, not rounds: a draw that left the best as it was costs no climb,
-    and counted by rounds, a search whose policy returns many such draws would give up sooner,
-    in climbs and in seconds, than one of random moves (on cifar10-cells/101 at 8 of its 10 s:
-    docs/RESULTS.md, session 43). A search whose draws never change the best still ends, after
-    as many rounds.
+    sometimes does) and keeps the best seen. Ends at `deadline`, or once one perturbation has had
+    `patience` rounds' worth of climbs (`patience` times the counts' sum) since the best last
+    improved; `on_round(best)` is called after every round.
+    - Climbs, not rounds: a draw that left the best as it was costs no climb, and counted by
+      rounds, a search whose policy returns many such draws would give up sooner, in climbs and
+      in seconds, than one of random moves (on cifar10-cells/101 at 8 of its 10 s:
+      docs/RESULTS.md, session 43). A search whose draws never change the best still ends, after
+      as many rounds.
+    - One perturbation's climbs, not all of them: counted together, a second perturbation's
+      idle climbs used up the first one's patience, so a search of random moves and policy
+      windows gave up after fewer climbs of random moves than the search of random moves alone
+      makes (docs/RESULTS.md, session 45). A search of one perturbation ends as before, and
+      every search ends no sooner than before: a search the old count cut by its deadline runs
+      the same.
 
     `adaptive`: after a first round as the counts say, each round's draws (the counts' sum) are
     shared among the perturbations by Thompson sampling (`_shares`) on the share of each one's
@@ -169,9 +177,9 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
     neighbourhoods = neighbourhoods or prepare_neighbourhoods(problem)
     counts = np.array([count for _, count in perturbations])
     draws, gains = np.zeros(len(counts)), np.zeros(len(counts))
-    idle = patience * int(counts.sum())  # climbs (and rounds) without improvement that end it
-    idle_climbs = idle_rounds = 0
-    while idle_climbs < idle and idle_rounds < idle and time.perf_counter() < deadline:
+    idle = patience * int(counts.sum())  # one source's climbs (or rounds) without improvement that end it
+    idle_climbs, idle_rounds = np.zeros(len(counts), np.int64), 0
+    while idle_climbs.max() < idle and idle_rounds < idle and time.perf_counter() < deadline:
         before = (best.oom, best.step_time_s)
         if adaptive and draws.all():  # every source tried
             counts = _shares(rng, draws, gains, counts.sum())
@@ -186,9 +194,9 @@ def improve(problem: Problem, best: Best, perturbations: Sequence[tuple[Perturba
                 offer(problem, best, moved)
                 offer(problem, best, polish(problem, moved, rng, deadline, neighbourhoods))
                 gains[source] += (best.oom, best.step_time_s) < was
-                idle_climbs += 1
+                idle_climbs[source] += 1
         if (best.oom, best.step_time_s) < before:
-            idle_climbs = idle_rounds = 0
+            idle_climbs[:], idle_rounds = 0, 0
         else:
             idle_rounds += 1
         if on_round is not None:
