@@ -50,6 +50,7 @@ import pathlib
 import sys
 import time
 import warnings
+from functools import lru_cache
 
 import numpy as np
 
@@ -122,21 +123,25 @@ def main(argv=None) -> None:
     from tfplaceto.cluster import as_cluster
     from tfplaceto.costs import profile
     from tfplaceto.graph import import_graph
+    from tfplaceto.outputs import atomic_write
     from tfplaceto.problem import make_problem
     from tfplaceto.rl.train import problems_for
 
     def problems():
-        """(graph, cluster, Problem, group) of every row, built as they are needed."""
+        """(graph, cluster, problem, group) of every row; with --rerun `problem` is a function that
+        builds it (not called for a row with nothing to run again)."""
         if args.rerun:
+            imported = lru_cache(maxsize=1)(import_graph)  # a bench graph's rows follow each other
             for row in stored_rows(args.rerun):
                 graph, cluster_name = row["graph"], row["cluster"]
-                if "/" in graph:  # a family member, imported as training imports it
-                    problem = problems_for([f"builtin:{graph}"], [cluster_name])[0][0]
-                else:
-                    op_graph = import_graph(f"builtin:{graph}")
-                    cluster = as_cluster(cluster_name)
-                    problem = make_problem(op_graph, cluster, profile(op_graph, cluster))
-                yield graph, cluster_name, problem, row["group"]
+
+                def build(graph=graph, cluster_name=cluster_name):
+                    if "/" in graph:  # a family member, imported as training imports it
+                        return problems_for([f"builtin:{graph}"], [cluster_name])[0][0]
+                    op_graph, cluster = imported(f"builtin:{graph}"), as_cluster(cluster_name)
+                    return make_problem(op_graph, cluster, profile(op_graph, cluster))
+
+                yield graph, cluster_name, build, row["group"]
             return
         for graph in filter(None, args.graphs.split(",")):
             op_graph = import_graph(f"builtin:{graph}")
@@ -151,32 +156,33 @@ def main(argv=None) -> None:
                     yield graph, cluster_name, problem, "held-out"
 
     rows = []
-    print(f"{'graph':17} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>14}" for v in VARIANTS)
-          + "   (simulated ms; wall s in brackets)")
+    print(f"{'graph':17} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>15}" for v in VARIANTS)
+          + "   (simulated ms; wall s in brackets; =: kept from --rerun's file)")
     stored = iter(stored_rows(args.rerun) if args.rerun else ())
     for graph, cluster_name, problem, group in problems():
-        simulator = problem.simulator()
         row = next(stored, None) or {"graph": graph, "cluster": cluster_name, "group": group,
                                      "baselines": baseline_times(problem), "variants": {}}
+        todo = [v for v in variants if v not in row["variants"] or args.ended_before is None
+                or row["variants"][v]["wall_s"] < args.ended_before]
+        if todo and callable(problem):
+            problem = problem()
+        for variant in todo:
+            start = time.perf_counter()
+            device_of = run_variant(variant, problem, args.seed)
+            wall = time.perf_counter() - start
+            step, _, oom = problem.simulator().run(device_of)
+            row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
         cells = []
         for variant in VARIANTS:
-            kept = row["variants"].get(variant)
-            if variant in variants and (kept is None or args.ended_before is None
-                                        or kept["wall_s"] < args.ended_before):
-                start = time.perf_counter()
-                device_of = run_variant(variant, problem, args.seed)
-                wall = time.perf_counter() - start
-                step, _, oom = simulator.run(device_of)
-                row["variants"][variant] = {"step_time_s": float(step), "oom": bool(oom), "wall_s": wall}
             figure = row["variants"][variant]
             cells.append(f"{figure['step_time_s'] * 1e3:8.2f}{'!' if figure['oom'] else ' '}({figure['wall_s']:3.0f})"
-                         + ("" if variant in variants else "="))  # =: kept from --rerun's file
+                         + ("" if variant in todo else "="))
         best_fast = min(t for t, oom in row["baselines"].values() if not oom)
         rows.append(row)
-        print(f"{graph:17} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>14}" for c in cells),
+        print(f"{graph:17} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>15}" for c in cells),
               flush=True)
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, "summary": summarize(rows), "groups": groups(rows)}, f, indent=1)
+        atomic_write(args.out, json.dumps({"rows": rows, "summary": summarize(rows), "groups": groups(rows)},
+                                          indent=1).encode())
     print(json.dumps({"all rows": summarize(rows), **groups(rows)}, indent=1))
 
 

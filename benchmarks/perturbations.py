@@ -27,8 +27,13 @@ seconds of a climb. Every figure here is the search's (climbs on the simulator),
 policy learned; the sources differ only in how they perturb (`tfplaceto.placeto.policy_perturbation`
 with the shipped or untrained weights, `tfplaceto.search.random_window_moves`).
 
+`--start searched` draws from where the search of random moves alone ends instead
+(`benchmarks/ablation.py`'s "random moves": 10 s from the best fast baseline, seeded; the same
+placement on any machine when it ends by patience, as it does on the small graphs): is there
+anything left there for a source to find?
+
     python benchmarks/perturbations.py [--graphs nmt_4l nasnet nmt-variants/101] [--clusters 2xK80 4xV100]
-        [--draws 32] [--sources "random moves" "relink shipped" ...] [--out perturbations.json]
+        [--draws 32] [--sources "random moves" "relink shipped" ...] [--start searched] [--out perturbations.json]
 """
 
 from __future__ import annotations
@@ -87,21 +92,32 @@ def perturbations(problem, source: str, seed: int):
                                        where_it_differs=source in WHERE_IT_DIFFERS)
 
 
-def measure(problem, draws: int, seed: int = 0, sources=SOURCES) -> dict:
-    """source -> figures (module docstring) of `draws` climbed perturbations of one local optimum."""
-    from tfplaceto import search
+def measure(problem, draws: int, seed: int = 0, sources=SOURCES, start: str = "climbed") -> dict:
+    """source -> figures (module docstring) of `draws` climbed perturbations of one local optimum:
+    the best fast baseline climbed (`start="climbed"`) or where the search of random moves alone
+    ends (`start="searched"`, module docstring)."""
+    from tfplaceto import placeto, search
 
     simulator = problem.simulator()
     neighbourhoods = search.prepare_neighbourhoods(problem)
-    optimum = search.polish(problem, search.best_baseline(problem, seed).placement,
-                            np.random.default_rng(seed), neighbourhoods=neighbourhoods)
+    if start == "searched":  # benchmarks/ablation.py's "random moves", 10 s
+        optimum = search.search(problem, [search.best_baseline(problem, seed).placement],
+                                [(search.random_window_moves(problem), placeto.POLICY_PERTURBATIONS
+                                  + placeto.RANDOM_PERTURBATIONS)],
+                                seed=seed, deadline=time.perf_counter() + search.BUDGET_S).placement
+    else:
+        optimum = search.polish(problem, search.best_baseline(problem, seed).placement,
+                                np.random.default_rng(seed), neighbourhoods=neighbourhoods)
     optimum_s = simulator.run(optimum)[0]
     figures = {"optimum_s": float(optimum_s)}
     for source in sources:
         perturb, rng = perturbations(problem, source, seed), np.random.default_rng(seed + 1)
         moved: list[np.ndarray] = []
         while len(moved) < draws:
-            moved += perturb(rng, optimum, 2)
+            drawn = perturb(rng, optimum, 2)
+            if not drawn:  # none to draw (a policy that would change nothing where it differs)
+                break
+            moved += drawn
         before, after, climb_s = [], [], []
         for placement in moved[:draws]:
             if np.array_equal(placement, optimum):
@@ -125,6 +141,8 @@ def main(argv=None) -> None:
     parser.add_argument("--draws", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES + WHERE_IT_DIFFERS + RELINK + BLIND)
+    parser.add_argument("--start", choices=("climbed", "searched"), default="climbed",
+                        help="draw from the best fast baseline climbed, or from where the search of random moves ends")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from tfplaceto.outputs import atomic_write
@@ -136,7 +154,7 @@ def main(argv=None) -> None:
     for graph in args.graphs:
         problems, _ = problems_for([f"builtin:{graph}"], args.clusters)
         for cluster, problem in zip(args.clusters, problems):
-            row = {"graph": graph, "cluster": cluster, **measure(problem, args.draws, args.seed, args.sources)}
+            row = {"graph": graph, "cluster": cluster, **measure(problem, args.draws, args.seed, args.sources, args.start)}
             rows.append(row)
             for source in args.sources:
                 f = row[source]
