@@ -128,40 +128,40 @@ def main(argv=None) -> None:
     from tfplaceto.rl.train import problems_for
 
     def problems():
-        """(graph, cluster, problem, group) of every row; with --rerun `problem` is a function that
-        builds it (not called for a row with nothing to run again)."""
+        """(row, problem) of every row: with --rerun the stored row and a function that builds
+        its problem (not called for a row with nothing to run again), else a new row (graph,
+        cluster, group) and its problem."""
         if args.rerun:
             imported = lru_cache(maxsize=1)(import_graph)  # a bench graph's rows follow each other
             for row in stored_rows(args.rerun):
-                graph, cluster_name = row["graph"], row["cluster"]
 
-                def build(graph=graph, cluster_name=cluster_name):
+                def build(graph=row["graph"], cluster_name=row["cluster"]):
                     if "/" in graph:  # a family member, imported as training imports it
                         return problems_for([f"builtin:{graph}"], [cluster_name])[0][0]
                     op_graph, cluster = imported(f"builtin:{graph}"), as_cluster(cluster_name)
                     return make_problem(op_graph, cluster, profile(op_graph, cluster))
 
-                yield graph, cluster_name, build, row["group"]
+                yield row, build
             return
         for graph in filter(None, args.graphs.split(",")):
             op_graph = import_graph(f"builtin:{graph}")
             for cluster_name in args.clusters.split(","):
                 cluster = as_cluster(cluster_name)
-                yield graph, cluster_name, make_problem(op_graph, cluster, profile(op_graph, cluster)), "bench"
+                yield ({"graph": graph, "cluster": cluster_name, "group": "bench"},
+                       make_problem(op_graph, cluster, profile(op_graph, cluster)))
         clusters = args.held_out_clusters.split(",")
         for family in filter(None, args.held_out_families.split(",") if args.held_out else []):
             for member in args.held_out.split(","):
                 graph = f"{family}/{member}"
                 for cluster_name, problem in zip(clusters, problems_for([f"builtin:{graph}"], clusters)[0]):
-                    yield graph, cluster_name, problem, "held-out"
+                    yield {"graph": graph, "cluster": cluster_name, "group": "held-out"}, problem
 
     rows = []
     print(f"{'graph':17} {'cluster':7} {'baseline':>9}" + "".join(f"{v:>15}" for v in VARIANTS)
           + "   (simulated ms; wall s in brackets; =: kept from --rerun's file)")
-    stored = iter(stored_rows(args.rerun) if args.rerun else ())
-    for graph, cluster_name, problem, group in problems():
-        row = next(stored, None) or {"graph": graph, "cluster": cluster_name, "group": group,
-                                     "baselines": baseline_times(problem), "variants": {}}
+    for row, problem in problems():
+        if "variants" not in row:  # a new row
+            row.update(baselines=baseline_times(problem), variants={})
         todo = [v for v in variants if v not in row["variants"] or args.ended_before is None
                 or row["variants"][v]["wall_s"] < args.ended_before]
         if todo and callable(problem):
@@ -179,7 +179,7 @@ def main(argv=None) -> None:
                          + ("" if variant in todo else "="))
         best_fast = min(t for t, oom in row["baselines"].values() if not oom)
         rows.append(row)
-        print(f"{graph:17} {cluster_name:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>15}" for c in cells),
+        print(f"{row['graph']:17} {row['cluster']:7} {best_fast * 1e3:9.2f}" + "".join(f"{c:>15}" for c in cells),
               flush=True)
         atomic_write(args.out, json.dumps({"rows": rows, "summary": summarize(rows), "groups": groups(rows)},
                                           indent=1).encode())

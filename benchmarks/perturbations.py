@@ -47,6 +47,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmarks
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SOURCES = ("random moves", "shipped", "untrained")
@@ -96,15 +97,14 @@ def measure(problem, draws: int, seed: int = 0, sources=SOURCES, start: str = "c
     """source -> figures (module docstring) of `draws` climbed perturbations of one local optimum:
     the best fast baseline climbed (`start="climbed"`) or where the search of random moves alone
     ends (`start="searched"`, module docstring)."""
-    from tfplaceto import placeto, search
+    from tfplaceto import search
 
     simulator = problem.simulator()
     neighbourhoods = search.prepare_neighbourhoods(problem)
-    if start == "searched":  # benchmarks/ablation.py's "random moves", 10 s
-        optimum = search.search(problem, [search.best_baseline(problem, seed).placement],
-                                [(search.random_window_moves(problem), placeto.POLICY_PERTURBATIONS
-                                  + placeto.RANDOM_PERTURBATIONS)],
-                                seed=seed, deadline=time.perf_counter() + search.BUDGET_S).placement
+    if start == "searched":
+        from ablation import run_variant
+
+        optimum = run_variant("random moves", problem, seed)
     else:
         optimum = search.polish(problem, search.best_baseline(problem, seed).placement,
                                 np.random.default_rng(seed), neighbourhoods=neighbourhoods)
