@@ -708,10 +708,8 @@ def test_the_placer_climbs_the_best_baseline_before_the_policy_runs_and_runs_non
     _recording_polish(monkeypatch, events)
     placed = placeto.place(problem, seed=0, policy="untrained")
     assert events[:3] == ["polish", "actor", "episode"]  # the baseline climbed before any episode
-    # The shipped configuration's "placed" view ends at the same placement from every start: one
-    # start. Its other episodes are restarts, after the first chain's perturbations.
-    assert events[:events.index("window episode")].count("episode") == 1
-    assert events.count("episode") <= 1 + search.RESTARTS
+    # The shipped configuration's "placed" view ends at the same placement from every start: one.
+    assert events.count("episode") == 1
     assert problem.simulator().run(placed)[0] <= baseline.step_time_s
     # Less time than building the policy's function took last: it is not begun (it cannot be cut).
     events.clear()
@@ -847,39 +845,6 @@ def test_patience_is_per_source_so_a_second_source_does_not_spend_the_first_ones
     # Two sources: the search ends when one of them has had its 12, not after 12 in all, so a
     # second source does not halve the climbs of the first.
     assert climbs([(mirrored, 2), (mirrored, 2)]) == 24
-
-
-def test_search_begins_a_chain_from_each_restart_once_the_first_ends_by_patience_and_keeps_the_best(monkeypatch):
-    from tfplaceto.baselines import local_search
-
-    problem = two_chains(length=4, megabytes=100)
-    stuck = np.zeros(problem.num_nodes, np.int32)  # every single move from it is worse: 8 ms
-    split = local_search.climb(problem, stuck, np.random.default_rng(0), float("inf"), moves=search.block_moves(problem))
-    assert problem.simulator().run(split)[0] == pytest.approx(4e-3)  # one chain per device
-    events = []
-    monkeypatch.setattr(search, "polish", lambda problem, placement, *args, **kwargs: events.append("polish") or placement)
-
-    def nothing(rng, placement, count):  # no draw: a chain ends after its patience in rounds
-        events.append("perturb")
-        return []
-
-    def restarts(*placements, deadline=float("inf")):
-        for placement in placements:
-            assert time.perf_counter() < deadline, "a restart was asked for after the deadline"
-            events.append("restart")
-            yield placement
-
-    found = search.search(problem, [stuck], [(nothing, 1)], patience=1)
-    assert found.step_time_s == pytest.approx(8e-3)
-    events.clear()
-    found = search.search(problem, [stuck], [(nothing, 1)], patience=1, restarts=restarts(split, stuck))
-    # Each restart, asked for once the chain before it has ended, begins a chain of its own
-    # (climbed, then perturbed to its patience); the best of all chains is the answer.
-    assert events == ["polish", "perturb"] + ["restart", "polish", "perturb"] * 2
-    np.testing.assert_array_equal(found.placement, split)
-    deadline = time.perf_counter() - 1
-    found = search.search(problem, [stuck], [(nothing, 1)], deadline=deadline, restarts=restarts(split, deadline=deadline))
-    np.testing.assert_array_equal(found.placement, stuck)
 
 
 def test_block_moves_move_a_chain_that_single_moves_cannot():
