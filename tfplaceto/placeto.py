@@ -11,9 +11,7 @@
                        with a "full"-view policy also one from the best baseline; climbed when it
                        begins better than the best baseline), perturbing by policy episodes and
                        random moves (shared by how often each has improved the best on this
-                       problem, `search.improve(adaptive=True)`), and once that chain ends by
-                       its patience, new chains from the policy's sampled episodes (random
-                       starts) while time is left; with `budget_s` above the
+                       problem, `search.improve(adaptive=True)`); with `budget_s` above the
                        search's time, the policy is first fine-tuned on the problem (the same MDP
                        it was trained with). The starts are produced lazily: the best baseline is
                        climbed before the policy runs at all (its first episode traces a function:
@@ -153,12 +151,6 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
         for start in own:
             yield from actor.episodes(start, 1, greedy=True, seed=seed, deadline=deadline)
 
-    def restarts() -> Iterator[np.ndarray]:
-        """The policy's sampled episodes from random starts: other basins than the first chain's,
-        for the time its patience leaves (`search.search`)."""
-        for k in range(search.RESTARTS):
-            yield from actor.episodes("random", 1, greedy=False, seed=seed + 1 + k, deadline=deadline)
-
     perturbations = [(policy_perturbation(actor, deadline=deadline), POLICY_PERTURBATIONS),
                      (search.random_window_moves(problem), RANDOM_PERTURBATIONS)]
     # A bar on interactive terminals only (disable=None): seconds of the search, best so far.
@@ -169,5 +161,5 @@ def place(problem: Problem, seed: int = 0, budget_s: float | None = None, policy
             bar.set_postfix(best_ms=f"{found.step_time_s * 1e3:.4g}", refresh=True)
 
         best = search.search(problem, starts(), perturbations, seed=seed, deadline=deadline,
-                             on_round=on_round, adaptive=True, restarts=restarts())
+                             on_round=on_round, adaptive=True)
     return problem.tie(best.placement)

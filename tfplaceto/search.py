@@ -18,21 +18,19 @@ untrained weights) through the same calls. Map of the file:
                        each one's draws that improved the best (Thompson sampling).
   search               starts (the first climbed, a later one when it begins better than the first)
                        + improve until a deadline or until one perturbation has had `patience`
-                       rounds' worth of idle climbs; then, while time is left, restarts: a new
-                       chain (climbed, improved) from each, the best of all chains kept.
+                       rounds' worth of idle climbs.
                        The starts may be produced lazily (any iterable, a generator): each is
                        offered (and climbed) before the next is asked for, and none is asked
                        for after the deadline but the first, so a costly start (a policy's
                        episode) costs nothing when the time is gone.
 
 Every placement evaluated is a candidate; the answer is the best, so the search is never worse
-than its starts. Deterministic given `seed` when it stops by patience (its restarts too); a search
-cut by the deadline depends on the machine's speed (like `local_search`'s).
+than its starts. Deterministic given `seed` when it stops by patience; a search cut by the
+deadline depends on the machine's speed (like `local_search`'s).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -46,7 +44,6 @@ BUDGET_S = local_search.DEFAULT_BUDGET_S  # the default search time: local_searc
 BLOCK_SIZES = (2, 4, 8, 16, 32)  # consecutive tie classes a block move sends to one device
 WINDOW = 8  # classes re-placed by one perturbation
 PATIENCE = 8  # rounds' worth of climbs without improvement that end the search (`improve`)
-RESTARTS = 4  # the most chains a search begins after its first (`search`'s restarts)
 
 
 def block_moves(problem: Problem, inst=None) -> local_search.Moves:
@@ -218,10 +215,9 @@ def _shares(rng: np.random.Generator, draws: np.ndarray, gains: np.ndarray, tota
 
 def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequence[tuple[Perturbation, int]],
            seed: int = 0, deadline: float = float("inf"), patience: int = PATIENCE,
-           on_round: Callable[[Best], None] | None = None, adaptive: bool = False,
-           restarts: Iterable[np.ndarray] = ()) -> Best:
+           on_round: Callable[[Best], None] | None = None, adaptive: bool = False) -> Best:
     """The best placement found from `starts` by `improve` with `perturbations` (`adaptive`: as
-    `improve` says), then from each of `restarts` while time is left.
+    `improve` says).
 
     `starts` (at least one) is consumed one at a time: each start is offered, and climbed when it
     promises (below), before the next is asked for; once the deadline has passed no further start
@@ -232,16 +228,6 @@ def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequen
     optimum, and on a large graph its climb can take the rest of the time (NMT-4l on 2xK80: the
     first start climbed to its optimum in 3 s, two worse ones then climbed to the deadline and no
     perturbation round ran): that time is better spent perturbing the best.
-
-    `restarts`, consumed as lazily (none is asked for once the deadline has passed): when
-    `improve` ends by its patience before the deadline, each begins a chain of its own, offered,
-    climbed and improved like the first (seed `seed + k` for the k-th), until the deadline or
-    the last restart; the answer is the best of all chains. Why: where the first chain ends by
-    patience (small graphs: 2-8 s of 10), perturbing where it ended almost never finds more (3 of
-    1280 climbed draws, docs/RESULTS.md, session 45), while a chain from elsewhere, even from the
-    same start climbed in another order, settles in another basin, sometimes a better one
-    (session 46). A search given restarts that ends by patience is deterministic given `seed`
-    only when its last restart ends by patience too.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = prepare_neighbourhoods(problem)
@@ -253,21 +239,4 @@ def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequen
         first = begins if first is None else first
         if time.perf_counter() >= deadline:
             break  # before the iterable makes its next start
-    improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods, adaptive)
-    restarts = iter(restarts)
-
-    def keep(chain: Best) -> None:  # a chain's best offered to the search's after each round
-        best.offer(chain.step_time_s, chain.oom, chain.placement)
-        if on_round is not None:
-            on_round(best)
-
-    for k in itertools.count(1):
-        placement = next(restarts, None) if time.perf_counter() < deadline else None
-        if placement is None:
-            break
-        chain = Best()
-        offer(problem, chain, placement)
-        offer(problem, chain, polish(problem, placement, rng, deadline, neighbourhoods))
-        improve(problem, chain, perturbations, seed + k, deadline, patience, keep, neighbourhoods, adaptive)
-        keep(chain)
-    return best
+    return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods, adaptive)
