@@ -118,6 +118,9 @@ def main(argv=None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import gin
 
+    # rl.learner imported first, as `tfplaceto train` does: every configurable (rl.cloning's too) is
+    # registered before gin locks the parsed config, or the first run with actors cannot import it.
+    from tfplaceto.rl import learner  # noqa: F401
     from tfplaceto.rl.train import problems_for
 
     gin.parse_config_files_and_bindings([os.path.join(ROOT, "tfplaceto", "policy", "train.gin")], args.gin_param)
@@ -147,9 +150,10 @@ def main(argv=None) -> None:
               f"= {learner_bound:.0f}/s; expected {projected:.0f} decisions/s "
               f"({projected / by[0]['decisions_per_s']:.1f}x embedded)")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"command": " ".join(["python", "benchmarks/actors_scaling.py", *(argv or sys.argv[1:])]),
-                       "rows": rows}, f, indent=1)
+        from tfplaceto.outputs import atomic_write
+
+        atomic_write(args.out, json.dumps({"command": " ".join(["python", "benchmarks/actors_scaling.py",
+                                                                *(argv or sys.argv[1:])]), "rows": rows}, indent=1).encode())
     if 0 in by and 2 in by:
         print(f"ratio 2 actors / embedded: {by[2]['decisions_per_s'] / by[0]['decisions_per_s']:.2f}")
 

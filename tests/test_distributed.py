@@ -239,6 +239,21 @@ def _pid_alive(pid):
 
 
 @pytest.mark.slow
+def test_actors_scaling_benchmark_runs_the_embedded_engine_then_actors_in_one_process(tmp_path):
+    # In a fresh process, as its users run it: the embedded run parses (and locks) gin's config
+    # before the run with actors imports rl.learner, whose configurables must be registered by then.
+    out = tmp_path / "scaling.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "actors_scaling.py"), "--seconds", "20",
+               "--actors", "0", "1", "--graphs", "builtin:ptb-cells/0", "--out", str(out),
+               "--gin-param", "train.lanes = 2", "--gin-param", "train.hidden = 8", "--gin-param", "train.rounds = 2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["actors"] for row in rows] == [0, 1]
+    assert all(row["decisions"] > 0 for row in rows)
+
+
+@pytest.mark.slow
 def test_train_with_two_actors_survives_a_killed_actor_and_ends_cleanly(tmp_path, write_mlp_graph):
     source = write_mlp_graph(tmp_path / "mlp.pb", train_op="train", batch_size=32)
     logdir = tmp_path / "run"
