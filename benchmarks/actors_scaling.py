@@ -2,7 +2,7 @@
 
 Each configuration trains from fresh weights (seed 0) on the same problems with the training
 configuration (tfplaceto/policy/train.gin: 64 lockstep lanes of one problem per batch since
-session 12, 16 when the figures in docs/RESULTS.md were measured; 4 updates per batch, hidden 32,
+session 12: docs/RESULTS.md has runs with 16 and with 64; 4 updates per batch, hidden 32,
 8 rounds) for `--seconds` of wall time (`train(stop_after_s=)`, which stops between updates),
 one configuration after the other in this process:
 - embedded (`--actors 0`): collection and learning alternate in one process;
