@@ -28,7 +28,7 @@ from tfplaceto.policy.observation import (
     pack,
 )
 from tfplaceto.problem import Best, Problem, allowed_devices
-from tfplaceto.rl.acting import greedy_placements
+from tfplaceto.rl.acting import Actor, greedy_placements
 from tfplaceto.rl.agent import as_tensors, greedy_actions
 from tfplaceto.rl.environment import PlacementEnvironment
 from tfplaceto.rl.train import train
@@ -567,20 +567,45 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum, pro
 
 
 @pytest.mark.parametrize("reproducible", [True, False])
-def test_training_runs_tensorflow_functions_with_the_single_threaded_executor(reproducible):
+def test_training_runs_tensorflow_functions_with_the_single_threaded_executor(reproducible, monkeypatch):
     # The default executor orders ops by timings it measures, and AddN sums from whichever input
     # buffer it can reuse: an update then differs now and then in its last bits, and two runs of
     # the shipped command parted after ~1200 episodes (docs/RESULTS.md). Every collection, update
     # and selection of `train` happens where episodes are reported, inside the loop.
     from tensorflow.python.eager import context
 
+    from tfplaceto.rl.agent import PlacetoAgent
+
     default = context.context().function_call_options.executor_type  # TensorFlow's: None
-    seen = set()
+    updates, callbacks = set(), set()
+    update = PlacetoAgent.train
+
+    def recording(agent, *args, **kwargs):
+        updates.add(context.context().function_call_options.executor_type)
+        return update(agent, *args, **kwargs)
+
+    monkeypatch.setattr(PlacetoAgent, "train", recording)
     train(layered(seed=4), episodes=4, seed=5, lanes=2, hidden=8, rounds=2, progress=False,
           reproducible=reproducible,
-          callback=lambda entry: seen.add(context.context().function_call_options.executor_type))
-    assert seen == ({"SINGLE_THREADED_EXECUTOR"} if reproducible else {default})
+          callback=lambda entry: callbacks.add(context.context().function_call_options.executor_type))
+    assert updates == ({"SINGLE_THREADED_EXECUTOR"} if reproducible else {default})
+    # The caller's code runs with the default executor (below: why).
+    assert callbacks <= {default, ""}
     assert context.context().function_call_options.executor_type == default  # restored after
+
+
+def test_a_callback_can_run_a_policy_function_first_run_before_training():
+    # A function first run with TensorFlow's default executor has its conditionals lowered to
+    # Switch ops, which the single-threaded executor refuses: benchmarks/learning.py evaluates the
+    # policy before training and again in the callback, and failed at its first evaluation.
+    problem = layered(seed=4)
+    network = PlacetoNetwork(hidden=8, rounds=2, seed=0, refresh_every=2)  # a tf.cond: refresh or not
+    actor = Actor(problem, network, 0)
+    before = actor.episodes("random", 1, seed=1)[0]  # the first run: the default executor
+    during = []
+    train(problem, episodes=2, seed=5, lanes=2, progress=False, network=network,
+          callback=lambda entry: during.append(actor.episodes("random", 1, seed=1)[0]))
+    assert len(during) == 2 and all(problem.allowed[np.arange(problem.num_nodes), p].all() for p in [before, *during])
 
 
 def test_saved_policy_reloads_to_identical_actions(tmp_path):

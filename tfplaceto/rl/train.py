@@ -290,6 +290,16 @@ def _fixed_op_order(on: bool = True):
     return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
 
 
+def _callers_executor():
+    """A context in which TensorFlow's functions run with its default executor again: where
+    `train` runs the caller's code (`callback`). A function first run with the default executor
+    has its conditionals lowered to Switch ops, which the single-threaded executor of
+    `_fixed_op_order` refuses ("does not support switch op"): a policy evaluated before training
+    and again in the callback (benchmarks/learning.py) failed at its first evaluation. A function
+    first run inside `train` runs with either executor."""
+    return tf.experimental.function_executor_type("")
+
+
 IMITATE_BASELINE = (False, True, "climbed", "fixed")  # `train`'s imitate_baseline
 
 
@@ -347,7 +357,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       checkpoint_every: updates between checkpoints (also one at the end).
       network: start from these weights (e.g. the shipped policy) instead of fresh ones.
       progress: show a tqdm bar.
-      callback: called with each episode's history entry.
+      callback: called with each episode's history entry (with TensorFlow's default executor,
+        whatever `reproducible` says: `_callers_executor`).
       updates_per_batch: REINFORCE updates on each batch, each on its own sample of
         `max_train_steps` steps (more updates per simulated episode; the later ones are slightly
         off-policy, fine for small steps).
@@ -530,7 +541,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                          "best_step_time_s": best[summary["problem"]].step_time_s}
                 history.append(entry)
                 if callback is not None:
-                    callback(entry)
+                    with _callers_executor():
+                        callback(entry)
             if writer is not None:
                 with writer.as_default(step=done):
                     tf.summary.scalar("episode/step_time_s", np.mean([s["step_time_s"] for s in summaries]))
