@@ -570,8 +570,8 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path, curriculum, pro
 def test_training_runs_tensorflow_functions_with_the_single_threaded_executor(reproducible, monkeypatch):
     # The default executor orders ops by timings it measures, and AddN sums from whichever input
     # buffer it can reuse: an update then differs now and then in its last bits, and two runs of
-    # the shipped command parted after ~1200 episodes (docs/RESULTS.md). Every collection, update
-    # and selection of `train` happens where episodes are reported, inside the loop.
+    # the shipped command parted after ~1200 episodes (docs/RESULTS.md). The updates are recorded
+    # where they run; the callback, the caller's code, runs with the default executor.
     from tensorflow.python.eager import context
 
     from tfplaceto.rl.agent import PlacetoAgent
@@ -589,7 +589,6 @@ def test_training_runs_tensorflow_functions_with_the_single_threaded_executor(re
           reproducible=reproducible,
           callback=lambda entry: callbacks.add(context.context().function_call_options.executor_type))
     assert updates == ({"SINGLE_THREADED_EXECUTOR"} if reproducible else {default})
-    # The caller's code runs with the default executor (below: why).
     assert callbacks <= {default, ""}
     assert context.context().function_call_options.executor_type == default  # restored after
 
