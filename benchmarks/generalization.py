@@ -17,6 +17,14 @@ figure's row also counts the end placements that run out of device memory (`*_oo
     python benchmarks/generalization.py --held-out 100-109 --clusters 2xK80 4xV100 8xV100 \\
         --per-graph-episodes 256 --out docs/generalization.json
 
+`--models ResNet50:32 MobileNetV2:64 ...` measures real models from outside the families instead
+(Keras applications at their default image size, weights=None, one SGD-with-momentum training
+step of that batch): architectures the policy never saw, where memory binds on K80s and V100s as
+it seldom does in the families.
+
+    python benchmarks/generalization.py --models ResNet50:32 MobileNetV2:64 DenseNet121:32 \\
+        VGG16:32 Xception:32 EfficientNetB0:32 --out docs/generalization_keras_applications.json
+
 `--merge A.json B.json ... --out C.json` measures nothing: it joins the rows of earlier runs
 (ordered by family, member and cluster; a later file's row replaces an earlier one's), writes them
 and prints the table and the averages over all of them. `--no-controls` measures the zero-shot
@@ -44,6 +52,19 @@ def members(spec: str) -> list[int]:
         first, last = spec.split("-")
         return list(range(int(first), int(last) + 1))
     return [int(m) for m in spec.split(",")]
+
+
+def keras_application(spec: str):
+    """The OpGraph of one SGD-with-momentum training step of a Keras application, "NAME:BATCH"
+    (e.g. "ResNet50:32"; weights=None, its default image size, ImageNet's 1000 classes)."""
+    import tensorflow as tf
+
+    import tfplaceto as tp
+
+    name, _, batch = spec.partition(":")
+    model = getattr(tf.keras.applications, name)(weights=None)
+    model.compile(tf.keras.optimizers.SGD(0.01, momentum=0.9), tf.keras.losses.SparseCategoricalCrossentropy())
+    return tp.import_graph(model, batch_size=int(batch or 32))
 
 
 def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int,
@@ -79,6 +100,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", nargs="+", default=["cifar10-cells", "ptb-cells", "nmt-variants"])
     parser.add_argument("--held-out", default="100-109", help="members, e.g. 100-109 or 100,101")
+    parser.add_argument("--models", nargs="+", default=None,
+                        help="Keras applications NAME:BATCH (e.g. ResNet50:32) in place of the families' members")
     parser.add_argument("--clusters", nargs="+", default=["2xK80", "4xV100", "8xV100"])
     parser.add_argument("--policy", default=None, help="a policy directory (default: the shipped one)")
     parser.add_argument("--starts", type=int, default=4)
@@ -114,18 +137,20 @@ def main(argv=None) -> None:
     policy = resolve_policy(args.policy)
     rows = []
     print(header(args.starts))
-    for family in args.families:
-        for member in members(args.held_out):
-            name = f"{family}/{member}"
-            problems = problems_for([f"builtin:{name}"], args.clusters)[0]  # one import per member
-            for cluster, problem in zip(args.clusters, problems):
-                r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes,
-                        controls=not args.no_controls)
-                rows.append(r)
-                print(line(r), flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        json.dump(rows, f, indent=1)
+    # (name, source) of every graph, imported one at a time: a Keras application's when reached.
+    sources = ((spec, keras_application(spec)) for spec in args.models) if args.models else (
+        (f"{family}/{member}", f"builtin:{family}/{member}") for family in args.families
+        for member in members(args.held_out))
+    for name, source in sources:
+        problems = problems_for([source], args.clusters)[0]  # one import per graph
+        for cluster, problem in zip(args.clusters, problems):
+            r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes,
+                    controls=not args.no_controls)
+            rows.append(r)
+            print(line(r), flush=True)
+            if args.out:
+                with open(args.out, "w") as f:
+                    json.dump(rows, f, indent=1)
     print(averages(rows))
 
 
@@ -190,9 +215,9 @@ def merge(paths: list[str], families: list[str]) -> list[dict]:
     clusters = {"2xK80": 0, "4xV100": 1, "8xV100": 2}
 
     def order(key):
-        family, member = key[0].rsplit("/", 1)
+        family, _, member = key[0].rpartition("/")  # a model outside the families: no member
         rank = families.index(family) if family in families else len(families)
-        return rank, family, int(member), clusters.get(key[1], len(clusters)), key[1]
+        return rank, family, int(member) if member.isdigit() else 0, member, clusters.get(key[1], len(clusters)), key[1]
 
     return [by_key[key] for key in sorted(by_key, key=order)]
 
