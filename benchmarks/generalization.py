@@ -20,7 +20,9 @@ figure's row also counts the end placements that run out of device memory (`*_oo
 `--models ResNet50:32 MobileNetV2:64 ...` measures real models from outside the families instead
 (Keras applications at their default image size, weights=None, one SGD-with-momentum training
 step of that batch): architectures the policy never saw, where memory binds on K80s and V100s as
-it seldom does in the families.
+it seldom does in the families. Every policy acts as the placer's does, kept off a device it would
+fill past `tfplaceto.rl.acting.MEMORY_HEADROOM` of its memory, and so do the uniform random
+actions; `--memory-headroom none` lifts that mask (a number sets another share).
 
     python benchmarks/generalization.py --models ResNet50:32 MobileNetV2:64 DenseNet121:32 \\
         VGG16:32 Xception:32 EfficientNetB0:32 --out docs/generalization_keras_applications.json
@@ -68,7 +70,7 @@ def keras_application(spec: str):
 
 
 def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_graph_episodes: int,
-        controls: bool = True) -> dict:
+        controls: bool, memory_headroom: float | None) -> dict:
     from tfplaceto import search
     from tfplaceto.policy.network import PlacetoNetwork
     from tfplaceto.rl.acting import Actor
@@ -83,12 +85,12 @@ def row(name: str, cluster: str, problem, policy, starts: int, seed: int, per_gr
         result[f"{key}_s"], result[f"{key}_oom"] = mean_and_oom(simulator, placements)
 
     def alone(network) -> list:
-        return Actor(problem, network, seed).episodes("random", starts, greedy=True, seed=10_000 + seed)
+        return Actor(problem, network, seed, memory_headroom).episodes("random", starts, greedy=True, seed=10_000 + seed)
 
     record("zero_shot", alone(policy))
     if controls:
         record("untrained", alone(PlacetoNetwork(**{**policy.config, "seed": seed})))
-        record("random_actions", random_actions(problem, starts, 10_000 + seed))
+        record("random_actions", random_actions(problem, starts, 10_000 + seed, memory_headroom))
     if per_graph_episodes:
         trained = train(problem, episodes=per_graph_episodes, seed=seed, progress=False)
         record("per_graph", alone(trained.exported_network()))
@@ -113,6 +115,9 @@ def main(argv=None) -> None:
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
+    parser.add_argument("--memory-headroom", default="actor",
+                        help="the share of a device's memory the policy fills at most: a number, 'none' (no "
+                             "memory mask) or 'actor' (tfplaceto.rl.acting.MEMORY_HEADROOM, what the placer uses)")
     parser.add_argument("--no-controls", action="store_true",
                         help="zero-shot (and per-graph) only; merge with a run that has the controls")
     args = parser.parse_args(argv)
@@ -134,6 +139,10 @@ def main(argv=None) -> None:
 
     gin.parse_config_files_and_bindings([args.gin], args.gin_param)  # for the per-graph policies
 
+    from tfplaceto.rl.acting import MEMORY_HEADROOM
+
+    named = {"actor": MEMORY_HEADROOM, "none": None}
+    headroom = named[args.memory_headroom] if args.memory_headroom in named else float(args.memory_headroom)
     policy = resolve_policy(args.policy)
     rows = []
     print(header(args.starts))
@@ -145,7 +154,7 @@ def main(argv=None) -> None:
         problems = problems_for([source], args.clusters)[0]  # one import per graph
         for cluster, problem in zip(args.clusters, problems):
             r = row(name, cluster, problem, policy, args.starts, args.seed, args.per_graph_episodes,
-                    controls=not args.no_controls)
+                    controls=not args.no_controls, memory_headroom=headroom)
             rows.append(r)
             print(line(r), flush=True)
             if args.out:

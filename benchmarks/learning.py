@@ -67,11 +67,13 @@ def fresh_network(seed: int):
     return PlacetoNetwork(seed=seed, **settings)
 
 
-def random_actions(problem, starts: int, seed: int) -> list[np.ndarray]:
-    """End placements of episodes with uniform random actions from the same random starts."""
+def random_actions(problem, starts: int, seed: int, memory_headroom: float | None) -> list[np.ndarray]:
+    """End placements of episodes with uniform random actions from the same random starts,
+    among the devices a policy's `Actor` of that `memory_headroom` may choose."""
     from tfplaceto.rl.environment import PlacementEnvironment
 
-    env = PlacementEnvironment(problem, batch_size=starts, initial="random", seed=seed)
+    env = PlacementEnvironment(problem, batch_size=starts, initial="random", seed=seed,
+                               memory_headroom=memory_headroom)
     rng = np.random.default_rng(seed)
     step = env.reset()
     while not step.is_last().all():
@@ -90,7 +92,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
               config: dict, log) -> dict:
     from tfplaceto import search
     from tfplaceto.baselines import COMPARED_BASELINES, run
-    from tfplaceto.rl.acting import Actor
+    from tfplaceto.rl.acting import MEMORY_HEADROOM, Actor
     from tfplaceto.rl.train import train
 
     problem = problem_of(name, cluster)
@@ -110,7 +112,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
         return mean_and_oom(simulator, acting.episodes(start, starts, greedy=True, seed=eval_seed))
 
     untrained, untrained_oom = policy_alone()
-    random_moves, random_oom = mean_and_oom(simulator, random_actions(problem, starts, eval_seed))
+    random_moves, random_oom = mean_and_oom(simulator, random_actions(problem, starts, eval_seed, MEMORY_HEADROOM))
     curve = [{"episode": 0, "wall_s": 0.0, "step_time_s": untrained, "oom": untrained_oom}]
     evaluation_s = [0.0]
 

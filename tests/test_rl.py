@@ -25,6 +25,7 @@ from tfplaceto.policy.observation import (
     STEP_TIME,
     VISITED,
     graph_statics,
+    memory_fits,
     pack,
 )
 from tfplaceto.problem import Best, Problem, allowed_devices
@@ -228,6 +229,102 @@ def test_oom_is_penalized():
         rewards.append(float(env.step(np.array([int(chain == "b")], np.int32)).reward[0]))
     summary = env.pop_summaries()[0]
     assert not summary["oom"] and sum(rewards) > 0.5  # more than the step-time gain alone (0.5)
+
+
+def forward_backward(megabytes=(10, 20, 30), gradient_megabytes=1):
+    """A training step's shape: a forward chain f0 -> f1 -> f2 -> loss, then a backward chain
+    loss -> g2 -> g1 -> g0 where g_i also reads f_i's activation; f_i holds its weights
+    (1 MB of persistent bytes)."""
+    names = ["f0", "f1", "f2", "loss", "g2", "g1", "g0"]
+    mb = 10**6
+    producers = [0, 1, 2, 3, 4, 5]  # one output tensor per node but g0
+    sizes = [m * mb for m in megabytes] + [mb] + [gradient_megabytes * mb] * 2
+    reads = [(1, 0), (6, 0), (2, 1), (5, 1), (3, 2), (4, 2), (4, 3), (5, 4), (6, 5)]  # (consumer, tensor)
+    graph = make_op_graph(names, ["MatMul"] * 7, producers, sizes, [t for _, t in reads], [c for c, _ in reads],
+                          persistent_bytes=[mb] * 3 + [0] * 4)
+    cluster = tp.Cluster(gpus(2), name="tiny")
+    return Problem(graph, cluster, np.full((7, 2), 1e-3), allowed_devices(graph, cluster))
+
+
+@pytest.mark.parametrize("megabytes", [(10, 20, 30), (30, 30, 5)])
+@pytest.mark.parametrize("placement", [[0] * 7, [0, 0, 0, 0, 1, 1, 1], [0, 1, 0, 0, 1, 0, 1]])
+def test_the_memory_a_class_fits_in_is_the_simulated_peak_of_its_device(megabytes, placement):
+    problem = forward_backward(megabytes)
+    statics = graph_statics(problem)
+    placement = np.array(placement, np.int32)
+    last = statics.num_steps - 1  # g0: every other class visited where `placement` has it
+    visited = np.ones((1, 7), np.float32)
+    visited[0, statics.members[last]] = 0
+    device = placement[statics.members[last][0]]
+    peak = problem.simulator().run(placement)[1][device]  # the copies of remote activations included
+
+    def fits(limit_bytes):
+        headroom = limit_bytes / statics.memory_bytes[device]
+        return memory_fits(statics, np.array([last]), placement[None], visited, headroom)[0, device]
+
+    assert fits(peak) and not fits(peak - 1)
+
+
+def test_a_memory_headroom_keeps_a_class_off_a_device_it_would_fill_while_another_has_room():
+    mb = 10**6
+    base = forward_backward(megabytes=(30, 30, 5))  # 70 MB at the peak on one device
+
+    def on(memory):
+        return Problem(base.graph, tp.Cluster(gpus(2, memory=memory), name="small"), base.compute_s, base.allowed)
+
+    problem = on(66 * mb)
+
+    def first_allowed(headroom):  # a policy that piles everything on the first device it may use
+        env = PlacementEnvironment(problem, initial="random", seed=0, memory_headroom=headroom)
+        step, masks = env.reset(), []
+        while not step.is_last().all():
+            masks.append(step.observation[ACTION_MASK][0, :2].copy())
+            step = env.step(np.array([np.flatnonzero(masks[-1])[0]], np.int32))
+        return env.pop_summaries()[0], np.array(masks)
+
+    piled, masks = first_allowed(None)
+    assert piled["oom"] and (piled["placement"] == 0).all() and masks.all()
+    placed, masks = first_allowed(0.9)
+    assert not placed["oom"] and not masks[:, 0].all()  # the first device was masked once full
+    # Where no device has room, every allowed device stays open.
+    env = PlacementEnvironment(on(mb), initial="random", seed=0, memory_headroom=0.9)
+    assert env.reset().observation[ACTION_MASK][0, :2].all()
+    with pytest.raises(ValueError, match="memory_headroom"):
+        PlacementEnvironment(problem, memory_headroom=0.0)
+
+
+def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_one_device():
+    """A small CNN's training step on two V100s with 3/4 of its one-device peak each: the shipped
+    policy, trained where memory seldom binds, piles it on one device unless the memory mask
+    keeps it off a full one."""
+    import dataclasses
+
+    from tfplaceto.rl import acting
+    from tfplaceto.rl.train import problems_for
+
+    inputs = tf.keras.Input((32, 32, 3))
+    x = inputs
+    for i, filters in enumerate([32, 32, 64, 64, 128]):
+        x = tf.keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv{i}")(x)
+    x = tf.keras.layers.GlobalAveragePooling2D()(x)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
+    model.compile(tf.keras.optimizers.SGD(0.01, momentum=0.9),
+                  tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    op_graph = tp.import_graph(model, batch_size=128)
+    preset = tp.Cluster.preset("2xV100")
+
+    def problem_with(memory_bytes):
+        devices = [dataclasses.replace(d, memory_bytes=memory_bytes) if d.type == "GPU" else d for d in preset.devices]
+        return problems_for([op_graph], [tp.Cluster(devices, preset.links(), name="small")])[0][0]
+
+    one_device = problem_with(10**11)
+    peak = one_device.simulator().run(np.zeros(one_device.num_nodes, np.int32))[1][0]
+    problem = problem_with(int(0.75 * peak))
+    policy = load_policy()
+    for headroom, runs_out in ((None, True), (acting.MEMORY_HEADROOM, False)):
+        actor = Actor(problem, policy, 0, memory_headroom=headroom)
+        for placement in actor.episodes("random", 2, greedy=True, seed=0):
+            assert problem.simulator().run(placement)[2] == runs_out
 
 
 def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():

@@ -11,7 +11,9 @@ a few (N,) arrays per episode, not the graph. Map of the file:
   GraphStatics       placement-independent arrays of one Problem (`graph_statics`): node-level
                      data edges (`node_edges`), colocation classes and the visiting order
                      (steps), the ancestors and descendants of each step's class, static node
-                     features, time scale.
+                     features, time scale, each node's topological position and last reader's.
+  memory_fits        whether a class fits on each device, by the peak memory of what the episode
+                     has placed (the environment's memory mask, `memory_headroom`).
   step_edges         per step, the edges into and out of its class (what the device features
                      sum over).
   pack               the statics of several problems padded to one Dims and stacked: the tensors
@@ -112,6 +114,8 @@ class GraphStatics:
     latency: np.ndarray  # (D, D) seconds
     allowed: np.ndarray  # (N, D) bool
     time_scale: float  # seconds: max(critical path, total compute / D) on the fastest devices
+    position: np.ndarray  # (N,) int64: each node's place in the topological order (`graph.topo_order`)
+    last_use: np.ndarray  # (N,) int64: the position of its last reader (its own when it has none)
 
     @property
     def num_steps(self) -> int:
@@ -204,6 +208,11 @@ def graph_statics(problem) -> GraphStatics:
         np.log1p(degree) / np.log1p(max(degree.max(initial=0), 1)),
     ], axis=1).astype(np.float32)
 
+    position = np.empty(n, np.int64)
+    position[np.asarray(graph.topo_order, np.int64)] = np.arange(n)
+    last_use = position.copy()
+    np.maximum.at(last_use, senders, position[receivers])
+
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
     first: dict[int, int] = {}
@@ -226,7 +235,70 @@ def graph_statics(problem) -> GraphStatics:
         memory_bytes=memory, persistent_bytes=persistent, output_bytes=output,
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
         latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
-        time_scale=time_scale)
+        time_scale=time_scale, position=position, last_use=last_use)
+
+
+def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray, visited: np.ndarray,
+                headroom: float) -> np.ndarray:
+    """(k, D) bool: for k episodes of one problem, whether the class of each episode's current
+    step fits on each device: the peak memory of the device, within `headroom` x its memory, as
+    if every device ran its ops one by one in the topological order of the step (one clock for
+    all: `GraphStatics.position`). A device holds the persistent bytes of its nodes all step;
+    a node's output from the node until its last reader on that device (or the node itself when
+    every reader is elsewhere: it is sent and freed); and a copy of an output read from another
+    device from the producer until the copy's last reader there. The nodes not yet visited (a
+    random start's) hold nothing, and a reader not yet visited is taken to be on its producer's
+    device (most are); the class's own nodes count where it would go, not where they are.
+
+    On one device this is the simulator's peak when the simulator runs the ops in that order
+    (ResNet50's training step: to the byte); over several it leaves out transfer times and
+    queues, so a placement it fits may still peak a little higher (a headroom below 1 is for
+    that)."""
+    n, d = statics.num_nodes, statics.num_devices
+    position, senders, receivers = statics.position, statics.senders, statics.receivers
+    output, persistent = statics.output_bytes, statics.persistent_bytes
+    limit = headroom * statics.memory_bytes
+    fits = np.empty((len(placements), d), bool)
+    for row, step in enumerate(np.minimum(steps, statics.num_steps - 1)):
+        members, placement = statics.members[step], placements[row]
+        seen = np.asarray(visited[row]) > 0
+        seen[members] = False  # a class visited before (a later pass) counts where it would go
+        # Each visited output: held on its device until its last reader there, or a copy's end.
+        local = ~seen[receivers] | (placement[receivers] == placement[senders])
+        own_end = position.copy()
+        np.maximum.at(own_end, senders[local], position[receivers[local]])
+        copy_end = np.full((n, d), -1)
+        remote = seen[senders] & ~local
+        np.maximum.at(copy_end, (senders[remote], placement[receivers[remote]]), position[receivers[remote]])
+        alive = np.zeros((d, n + 1))
+        for node, device, end in ((np.flatnonzero(seen), placement[seen], own_end[seen]),
+                                  (*np.nonzero(copy_end >= 0), copy_end[copy_end >= 0])):
+            np.add.at(alive, (device, position[node]), output[node])
+            np.add.at(alive, (device, end + 1), -output[node])
+        held = np.cumsum(alive, axis=1)[:, :n]  # (D, N): bytes held at each position
+        fixed = np.bincount(placement[seen], weights=persistent[seen], minlength=d) + persistent[members].sum()
+        # The class: its outputs held until their last reader (none visited yet: all local), and
+        # on a device other than an input's, a copy of that input until the class reads it.
+        own = np.zeros(n + 1)
+        np.add.at(own, position[members], output[members])
+        np.add.at(own, statics.last_use[members] + 1, -output[members])
+        mine = np.zeros(n, bool)
+        mine[members] = True
+        reads = mine[receivers] & seen[senders]
+        last_read = np.full(n, -1)  # of each visited input, by the class
+        np.maximum.at(last_read, senders[reads], position[receivers[reads]])
+        inputs = np.flatnonzero(last_read >= 0)
+        for device in range(d):
+            extra = own.copy()
+            for producer in inputs[placement[inputs] != device].tolist():
+                held_until = copy_end[producer, device]  # -1: no copy there yet
+                begins = held_until + 1 if held_until >= 0 else position[producer]
+                if last_read[producer] >= begins:  # a new copy, or one held longer
+                    extra[begins] += output[producer]
+                    extra[last_read[producer] + 1] -= output[producer]
+            peak = (held[device] + np.cumsum(extra)[:n]).max(initial=0.0)
+            fits[row, device] = fixed[device] + peak <= limit[device]
+    return fits
 
 
 def step_edges(statics: GraphStatics) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -35,6 +35,13 @@ from tfplaceto.problem import Problem
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
 from tfplaceto.rl.environment import PlacementEnvironment
 
+# The share of a device's memory a policy fills at most (`PlacementEnvironment(memory_headroom=)`).
+# The estimate it fills by (`observation.memory_fits`) leaves out transfer times: on four Keras
+# applications on 2xK80, 4xV100 and 8xV100, placements it filled to 1.0 peaked at up to 1.002x
+# and to 0.9 at up to 0.902x in the simulator (docs/RESULTS.md, session 47). The rest of the 5%
+# is for graphs not seen, and for what a real GPU's runtime keeps for itself.
+MEMORY_HEADROOM = 0.95
+
 
 def specs(env: PlacementEnvironment):
     """(time step spec, action spec) of `env` as TensorSpecs."""
@@ -130,12 +137,18 @@ class Actor:
     One compiled function (batch size free, greedy or sampled chosen by an argument) serves
     every call, so a placer that runs the policy many times traces it once. Greedy steps choose
     as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own
-    seeded generator (`PlacetoPolicy`).
+    seeded generator (`PlacetoPolicy`). A class is not put where it would fill a device past
+    `memory_headroom` of its memory while another device has room (`PlacementEnvironment`'s;
+    None: no such mask): the shipped policy was trained where memory seldom binds, and alone it
+    piled real models that do not fit one device onto one (ResNet50, batch 32, on 2xK80:
+    docs/RESULTS.md, session 47).
     """
 
-    def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0):
+    def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0,
+                 memory_headroom: float | None = MEMORY_HEADROOM):
         self._problem = problem
         self._seed = seed
+        self._memory_headroom = memory_headroom
         self._acting = network.acting
         probe = PlacementEnvironment(problem)
         self._dims = probe.dims
@@ -170,7 +183,8 @@ class Actor:
         them), so a placer's time budget bounds an episode to one step past it."""
         seed = self._seed if seed is None else seed
         env = PlacementEnvironment(self._problem, batch_size=count, initial=start, seed=seed, window=window,
-                                   window_sees=window_sees, window_at=window_at, dims=self._dims, **self._acting)
+                                   window_sees=window_sees, window_at=window_at, dims=self._dims,
+                                   memory_headroom=self._memory_headroom, **self._acting)
         if not self._run(env, greedy, forced, deadline):
             return env.placements()
         return [summary["placement"] for summary in env.pop_summaries()]
@@ -182,7 +196,8 @@ class Actor:
         own choice at each step recorded and not taken. Where the policy would change a
         placement, given everything before that point (the greedy policy's own end placement has
         none). Those found by `deadline` when it cuts the episode."""
-        env = PlacementEnvironment(self._problem, initial=placement, dims=self._dims, **self._acting)
+        env = PlacementEnvironment(self._problem, initial=placement, dims=self._dims,
+                                   memory_headroom=self._memory_headroom, **self._acting)
         devices = np.asarray(placement)[env.statics[0].steps]
         chosen: list[tuple[int, int]] = []
         replay = {t: int(devices[t % len(devices)]) for t in range(len(devices) * env.passes)}

@@ -23,6 +23,10 @@ An episode improves one placement of one graph, one colocation class (node) at a
   the whole placement's (the rewards are the whole placement's either way): in topological order
   it is when the nodes placed so far run and the devices are free, with the nodes not yet placed
   (a random start's) left out.
+With `memory_headroom=h` a device is masked for a class that would fill it past h x its memory,
+by the bytes the visited nodes there and the class hold at the peak (`observation.memory_fits`),
+unless no allowed device is left: a policy trained where memory rarely binds then cannot pile a
+graph that does not fit onto one device (`tfplaceto.rl.acting.Actor` acts so; training does not).
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory, so an OOM placement is always worse
 than the same step time without OOM, and less overflow is better.
@@ -60,12 +64,14 @@ from tf_agents.trajectories import time_step as ts
 
 from tfplaceto import baselines
 from tfplaceto.policy.observation import (
+    ACTION_MASK,
     Dims,
     GraphStatics,
     dims_for,
     empty_observations,
     fill_observations,
     graph_statics,
+    memory_fits,
     observation_spec,
 )
 from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
@@ -170,6 +176,8 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         step time) describes: "placement", the lane's whole current placement; "visited", the
         nodes the episode has visited alone (`Simulator.schedule_batch(active=...)`), which
         does not depend on the devices of the nodes not yet visited (a random start's).
+      memory_headroom: mask the devices a class would fill past this share of their memory
+        (module docstring); None: only the devices a node is not allowed on are masked.
     """
 
     def __init__(self, problems: Problem | Sequence[Problem], batch_size: int = 1,
@@ -177,7 +185,7 @@ class PlacementEnvironment(py_environment.PyEnvironment):
                  oom_penalty: float = 1.0, same_problem: bool = True, dims: Dims | None = None,
                  window: int | None = None, shared_start: bool = False, prioritize: float = 0.0,
                  passes: int = 1, schedule: str = "placement", window_sees: bool = False,
-                 window_at: Sequence[int] | None = None):
+                 window_at: Sequence[int] | None = None, memory_headroom: float | None = None):
         super().__init__(handle_auto_reset=False)
         self._problems = [problems] if isinstance(problems, Problem) else list(problems)
         if not self._problems:
@@ -210,6 +218,9 @@ class PlacementEnvironment(py_environment.PyEnvironment):
         if not 0.0 <= prioritize <= 1.0:
             raise ValueError(f"prioritize must be in [0, 1], got {prioritize}")
         self._prioritize = prioritize
+        if memory_headroom is not None and not memory_headroom > 0:
+            raise ValueError(f"memory_headroom must be positive, got {memory_headroom}")
+        self._memory_headroom = memory_headroom
         self._gaps = np.ones(len(self._problems))
         self._shared_start = shared_start and same_problem
         self._cache: dict = {}
@@ -353,6 +364,11 @@ class PlacementEnvironment(py_environment.PyEnvironment):
             fill_observations(obs, np.array(rows), statics, index, steps, placements,
                               np.stack([lane.visited for lane in lanes]), starts, ends, busy,
                               np.stack([lane.peak for lane in lanes]), step_times)
+            if self._memory_headroom is not None:
+                allowed = obs[ACTION_MASK][rows, :d]
+                fits = allowed & memory_fits(statics, steps, placements, np.stack([lane.visited for lane in lanes]),
+                                             self._memory_headroom)
+                obs[ACTION_MASK][rows, :d] = np.where(fits.any(axis=1, keepdims=True), fits, allowed)
         discount = (step_type != ts.StepType.LAST).astype(np.float32)
         return ts.TimeStep(step_type.astype(np.int32), reward.astype(np.float32), discount, obs)
 
