@@ -21,7 +21,7 @@ figure's row also counts the end placements that run out of device memory (`*_oo
 (Keras applications at their default image size, weights=None, one SGD-with-momentum training
 step of that batch): architectures the policy never saw, where memory binds on K80s and V100s as
 it seldom does in the families. Every policy acts as the placer's does, kept off a device it would
-fill past `tfplaceto.rl.acting.MEMORY_HEADROOM` of its memory, and so do the uniform random
+fill past `tfplaceto.rl.environment.MEMORY_HEADROOM` of its memory, and so do the uniform random
 actions; `--memory-headroom none` lifts that mask (a number sets another share).
 
     python benchmarks/generalization.py --models ResNet50:32 MobileNetV2:64 DenseNet121:32 \\
@@ -45,7 +45,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learning import ROOT, mean_and_oom, random_actions  # noqa: E402
+from learning import MEMORY_HEADROOM_HELP, ROOT, mean_and_oom, memory_headroom_of, random_actions  # noqa: E402
 
 
 def members(spec: str) -> list[int]:
@@ -115,9 +115,7 @@ def main(argv=None) -> None:
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
-    parser.add_argument("--memory-headroom", default="actor",
-                        help="the share of a device's memory the policy fills at most: a number, 'none' (no "
-                             "memory mask) or 'actor' (tfplaceto.rl.acting.MEMORY_HEADROOM, what the placer uses)")
+    parser.add_argument("--memory-headroom", default="actor", help=MEMORY_HEADROOM_HELP)
     parser.add_argument("--no-controls", action="store_true",
                         help="zero-shot (and per-graph) only; merge with a run that has the controls")
     args = parser.parse_args(argv)
@@ -139,10 +137,7 @@ def main(argv=None) -> None:
 
     gin.parse_config_files_and_bindings([args.gin], args.gin_param)  # for the per-graph policies
 
-    from tfplaceto.rl.acting import MEMORY_HEADROOM
-
-    named = {"actor": MEMORY_HEADROOM, "none": None}
-    headroom = named[args.memory_headroom] if args.memory_headroom in named else float(args.memory_headroom)
+    headroom = memory_headroom_of(args.memory_headroom)
     policy = resolve_policy(args.policy)
     rows = []
     print(header(args.starts))

@@ -40,11 +40,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.05  # the policy alone within 5% of the best fast baseline
 
 
-def problem_of(name: str, cluster: str):
-    """The Problem of a graph (a built-in name, or anything `import_graph` takes) on a cluster."""
+def problem_of(name: str, cluster: str, batch_size: int | None = None):
+    """The Problem of a graph (a built-in name, or anything `import_graph` takes, with
+    `batch_size` for an unknown batch dimension) on a cluster."""
     from tfplaceto.rl.train import problems_for
 
+    if batch_size is not None:
+        import tfplaceto as tp
+
+        return problems_for([tp.import_graph(name, batch_size=batch_size, cluster=cluster)], [cluster])[0][0]
     return problems_for([name if ":" in name else f"builtin:{name}"], [cluster])[0][0]
+
+
+def memory_headroom_of(text: str) -> float | None:
+    """--memory-headroom: "actor" (`tfplaceto.rl.environment.MEMORY_HEADROOM`, as the placer acts),
+    "none" (no memory mask) or a share of each device's memory."""
+    from tfplaceto.rl.environment import MEMORY_HEADROOM
+
+    return {"actor": MEMORY_HEADROOM, "none": None}[text] if text in ("actor", "none") else float(text)
+
+
+MEMORY_HEADROOM_HELP = ("the share of a device's memory the policy fills at most: a number, 'none' (no memory "
+                        "mask) or 'actor' (tfplaceto.rl.environment.MEMORY_HEADROOM, how the placer acts)")
 
 
 def fresh_network(seed: int):
@@ -89,13 +106,13 @@ def mean_and_oom(simulator, placements) -> tuple[float, int]:
 
 
 def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: int, seed: int,
-              config: dict, log) -> dict:
+              config: dict, log, batch_size: int | None = None, memory_headroom: float | None = None) -> dict:
     from tfplaceto import search
     from tfplaceto.baselines import COMPARED_BASELINES, run
-    from tfplaceto.rl.acting import MEMORY_HEADROOM, Actor
+    from tfplaceto.rl.acting import Actor
     from tfplaceto.rl.train import train
 
-    problem = problem_of(name, cluster)
+    problem = problem_of(name, cluster, batch_size)
     simulator = problem.simulator()
 
     baseline_runs = {m: simulator.run(run(m, problem, seed=seed)) for m in COMPARED_BASELINES}
@@ -106,13 +123,13 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
     eval_seed = 10_000 + seed  # evaluation starts differ from the training starts
 
     network = fresh_network(seed)
-    actor = Actor(problem, network, seed)  # one compiled function; it sees the weights as they train
+    actor = Actor(problem, network, seed, memory_headroom)  # one compiled function; it sees the weights as they train
 
     def policy_alone(acting=actor, start="random") -> tuple[float, int]:
         return mean_and_oom(simulator, acting.episodes(start, starts, greedy=True, seed=eval_seed))
 
     untrained, untrained_oom = policy_alone()
-    random_moves, random_oom = mean_and_oom(simulator, random_actions(problem, starts, eval_seed, MEMORY_HEADROOM))
+    random_moves, random_oom = mean_and_oom(simulator, random_actions(problem, starts, eval_seed, memory_headroom))
     curve = [{"episode": 0, "wall_s": 0.0, "step_time_s": untrained, "oom": untrained_oom}]
     evaluation_s = [0.0]
 
@@ -131,7 +148,7 @@ def run_graph(name: str, cluster: str, episodes: int, eval_every: int, starts: i
                    callback=on_episode, **config)
     reached = next((p for p in curve if p["step_time_s"] <= TARGET * best and not p["oom"]), None)
     last = curve[-1]["step_time_s"]
-    exported_actor = Actor(problem, result.exported_network(), seed)
+    exported_actor = Actor(problem, result.exported_network(), seed, memory_headroom)
     final, final_oom = policy_alone(exported_actor)
     from_single, from_single_oom = policy_alone(exported_actor, start="single")
     return {
@@ -194,6 +211,8 @@ def main(argv=None) -> None:
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin, e.g. train.lanes=64 (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=None, help="batch size of graph files that have none")
+    parser.add_argument("--memory-headroom", default="actor", help=MEMORY_HEADROOM_HELP)
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument("--plot", default=None, help="PNG of the curves")
     args = parser.parse_args(argv)
@@ -211,7 +230,8 @@ def main(argv=None) -> None:
     rows = []
     for name, count in zip(args.graphs, episodes):
         rows.append(run_graph(name, args.cluster, count, args.eval_every, args.starts, args.seed, {},
-                              log=lambda line: print(line, flush=True)) | {"made_by": made_by})
+                              log=lambda line: print(line, flush=True), batch_size=args.batch_size,
+                              memory_headroom=memory_headroom_of(args.memory_headroom)) | {"made_by": made_by})
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -299,7 +299,7 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     keeps it off a full one."""
     import dataclasses
 
-    from tfplaceto.rl import acting
+    from tfplaceto.rl.environment import MEMORY_HEADROOM
     from tfplaceto.rl.train import problems_for
 
     inputs = tf.keras.Input((32, 32, 3))
@@ -321,10 +321,35 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     peak = one_device.simulator().run(np.zeros(one_device.num_nodes, np.int32))[1][0]
     problem = problem_with(int(0.75 * peak))
     policy = load_policy()
-    for headroom, runs_out in ((None, True), (acting.MEMORY_HEADROOM, False)):
+    for headroom, runs_out in ((None, True), (MEMORY_HEADROOM, False)):
         actor = Actor(problem, policy, 0, memory_headroom=headroom)
         for placement in actor.episodes("random", 2, greedy=True, seed=0):
             assert problem.simulator().run(placement)[2] == runs_out
+
+
+def test_training_collects_and_selects_with_the_memory_mask_and_replays_without_it(monkeypatch):
+    from tfplaceto.rl import acting
+    from tfplaceto.rl import train as training
+    from tfplaceto.rl.environment import MEMORY_HEADROOM
+
+    base = forward_backward(megabytes=(30, 30, 5))
+    problem = Problem(base.graph, tp.Cluster(gpus(2, memory=66 * 10**6), name="small"), base.compute_s, base.allowed)
+    made = []
+
+    class Recording(PlacementEnvironment):
+        def __init__(self, *args, **kwargs):
+            made.append((callable(kwargs.get("initial")), kwargs.get("memory_headroom")))  # (a replay, headroom)
+            super().__init__(*args, **kwargs)
+
+    for module in (training, acting):
+        monkeypatch.setattr(module, "PlacementEnvironment", Recording)
+    for headroom in (MEMORY_HEADROOM, None):
+        made.clear()
+        train(problem, episodes=8, lanes=4, seed=0, hidden=8, rounds=2, progress=False, select_every=1,
+              self_imitation=1.0, imitate_baseline=True, memory_headroom=headroom)
+        # collection, then model selection's actors' episodes, with the headroom; replays without it
+        assert made[0] == (False, headroom) and made.count((False, headroom)) > 1 and (True, None) in made
+        assert (True, MEMORY_HEADROOM) not in made
 
 
 def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():

@@ -116,6 +116,7 @@ class GraphStatics:
     time_scale: float  # seconds: max(critical path, total compute / D) on the fastest devices
     position: np.ndarray  # (N,) int64: each node's place in the topological order (`graph.topo_order`)
     last_use: np.ndarray  # (N,) int64: the position of its last reader (its own when it has none)
+    one_device_bytes: float  # `memory_fits`'s peak of every node on one device: no device holds more
 
     @property
     def num_steps(self) -> int:
@@ -212,6 +213,10 @@ def graph_statics(problem) -> GraphStatics:
     position[np.asarray(graph.topo_order, np.int64)] = np.arange(n)
     last_use = position.copy()
     np.maximum.at(last_use, senders, position[receivers])
+    alive = np.zeros(n + 1)  # outputs held from each position on, every node on one device
+    np.add.at(alive, position, output)
+    np.add.at(alive, last_use + 1, -output)
+    one_device = float(persistent.sum() + np.cumsum(alive)[:n].max(initial=0.0))
 
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
@@ -235,7 +240,7 @@ def graph_statics(problem) -> GraphStatics:
         memory_bytes=memory, persistent_bytes=persistent, output_bytes=output,
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
         latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
-        time_scale=time_scale, position=position, last_use=last_use)
+        time_scale=time_scale, position=position, last_use=last_use, one_device_bytes=one_device)
 
 
 def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray, visited: np.ndarray,
@@ -253,7 +258,8 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
     On one device this is the simulator's peak when the simulator runs the ops in that order
     (ResNet50's training step: to the byte); over several it leaves out transfer times and
     queues, so a placement it fits may still peak a little higher (a headroom below 1 is for
-    that)."""
+    that). No device ever holds more than `GraphStatics.one_device_bytes` by it (what it holds
+    is a part of what one device would, over shorter times)."""
     n, d = statics.num_nodes, statics.num_devices
     position, senders, receivers = statics.position, statics.senders, statics.receivers
     output, persistent = statics.output_bytes, statics.persistent_bytes

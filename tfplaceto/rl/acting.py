@@ -33,14 +33,7 @@ from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
-from tfplaceto.rl.environment import PlacementEnvironment
-
-# The share of a device's memory a policy fills at most (`PlacementEnvironment(memory_headroom=)`).
-# The estimate it fills by (`observation.memory_fits`) leaves out transfer times: on four Keras
-# applications on 2xK80, 4xV100 and 8xV100, placements it filled to 1.0 peaked at up to 1.002x
-# and to 0.9 at up to 0.902x in the simulator (docs/RESULTS.md, session 47). The rest of the 5%
-# is for graphs not seen, and for what a real GPU's runtime keeps for itself.
-MEMORY_HEADROOM = 0.95
+from tfplaceto.rl.environment import MEMORY_HEADROOM, PlacementEnvironment
 
 
 def specs(env: PlacementEnvironment):

@@ -99,7 +99,8 @@ def run_actor(address: str, actor_id: int = 0, incarnation: int = 0, parent_pid:
     env = PlacementEnvironment(problems, batch_size=job["lanes"], initial=tuple(job["initial"]),
                                order=job["order"], seed=seed, oom_penalty=job["oom_penalty"],
                                shared_start=job["shared_start"], dims=observation.Dims(*job["dims"]),
-                               prioritize=job.get("prioritize", 0.0), **network.acting)
+                               prioritize=job.get("prioritize", 0.0), memory_headroom=job.get("memory_headroom"),
+                               **network.acting)
     policy = PlacetoPolicy(*specs(env), network, as_tensors(observation.pack(env.statics, env.dims)), seed=seed,
                            jit_score=True, exploration=job.get("exploration", 0.0))
     py_policy = CompiledPyPolicy(policy, job["lanes"])

@@ -166,5 +166,5 @@ def make_job(sources: Sequence | None, clusters: Sequence | None, problems: Sequ
             "lanes": settings["lanes"], "oom_penalty": settings["oom_penalty"],
             "shared_start": settings["shared_start"], "seed": settings["seed"],
             "network": settings["network"], "exploration": settings.get("exploration", 0.0),
-            "prioritize": settings.get("prioritize", 0.0),
+            "prioritize": settings.get("prioritize", 0.0), "memory_headroom": settings.get("memory_headroom"),
             "dims": [dims.nodes, dims.edges, dims.devices, dims.steps]}

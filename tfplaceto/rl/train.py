@@ -53,7 +53,7 @@ from tfplaceto.problem import Problem, make_problem
 from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, replay_placement, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
-from tfplaceto.rl.environment import Best, PlacementEnvironment, placement_cost
+from tfplaceto.rl.environment import MEMORY_HEADROOM, Best, PlacementEnvironment, placement_cost
 from tfplaceto.rl.logdir import (
     best_from_json,
     best_to_json,
@@ -80,9 +80,10 @@ class _Selection:
     """
 
     def __init__(self, problems: Sequence[Problem], network: PlacetoNetwork, seed: int, starts: int,
-                 count: int, oom_penalty: float = 1.0):
+                 count: int, oom_penalty: float = 1.0, memory_headroom: float | None = MEMORY_HEADROOM):
         indices = sorted({int(i) for i in np.linspace(0, len(problems) - 1, min(count, len(problems))).round()})
-        self._runs = [(problems[i], problems[i].simulator(), Actor(problems[i], network, seed)) for i in indices]
+        self._runs = [(problems[i], problems[i].simulator(), Actor(problems[i], network, seed, memory_headroom))
+                      for i in indices]
         self._network, self._seed, self._starts = network, 20_000 + seed, starts
         self._oom_penalty = oom_penalty
         self.reference: np.ndarray | None = None
@@ -311,7 +312,8 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
-          exploration: float = 0.0, oom_penalty: float = 1.0, checkpoint_every: int = 10,
+          exploration: float = 0.0, oom_penalty: float = 1.0, memory_headroom: float | None = MEMORY_HEADROOM,
+          checkpoint_every: int = 10,
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
           stop_after_s: float | None = None, shared_start: bool = True,
@@ -332,9 +334,12 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       logdir: checkpoints, state and TensorBoard summaries (None: nothing written, no resume).
       seed: seeds the network (when not given), the environment and the actions.
       lanes: episodes per batch, run in lockstep; one REINFORCE update per batch.
-      initial, order, oom_penalty, shared_start, prioritize: see PlacementEnvironment (the
-        paper's MDP: random starts; by default the lanes of a batch share theirs; problems drawn
-        uniformly unless `prioritize`; Reverb actors each keep the gaps of their own episodes).
+      initial, order, oom_penalty, shared_start, prioritize, memory_headroom: see
+        PlacementEnvironment (the paper's MDP: random starts; by default the lanes of a batch
+        share theirs; problems drawn uniformly unless `prioritize`; Reverb actors each keep the
+        gaps of their own episodes; no device filled past MEMORY_HEADROOM of its memory while
+        another has room, as the `Actor` and model selection act: None lifts it). Replayed
+        placements (self-imitation, teachers) are not masked.
       hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs,
         device_context, unvisited_work, ensemble, greedy: the network (`PlacetoNetwork`; ignored
         when `network` is given);
@@ -410,6 +415,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
                                             unvisited_work=unvisited_work, ensemble=ensemble, greedy=greedy)
         env = PlacementEnvironment(problems, batch_size=lanes, initial=initial, order=order, seed=seed,
                                    oom_penalty=oom_penalty, shared_start=shared_start, prioritize=prioritize,
+                                   memory_headroom=memory_headroom,
                                    **network.acting)
         packed = as_tensors(observation.pack(env.statics, env.dims))
         time_step_spec, action_spec = specs(env)
@@ -443,13 +449,14 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
         if state is None and pretrain is not None:
             pretrained = pretrain(network)
         select_on = [select_on] if isinstance(select_on, Problem) else list(select_on or problems)
-        selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty) if select_every
+        selection = (_Selection(select_on, network, seed, select_starts, select_problems, oom_penalty,
+                                memory_headroom) if select_every
                      else None)
         if selection is not None and state and state.get("selection"):
             selection.load(state["selection"])
         settings = {"lanes": lanes, "initial": initial, "order": order, "oom_penalty": oom_penalty,
                     "shared_start": shared_start, "seed": seed, "network": network.config,
-                    "exploration": exploration, "prioritize": prioritize}
+                    "exploration": exploration, "prioritize": prioritize, "memory_headroom": memory_headroom}
         source = (collector or Embedded)(env, policy, agent, settings)
 
         def save() -> None:
