@@ -36,6 +36,26 @@ def test_place_writes_a_graph_with_every_device_set(graph_file, tmp_path, capsys
     assert len(tp.Placement.load(placement)) > 0
 
 
+def test_place_lists_placements_that_do_not_fit_after_those_that_do(graph_file, tmp_path, capsys):
+    import dataclasses
+
+    op_graph = tp.import_graph(graph_file, fetches=["train"], batch_size=512)
+    preset = tp.Cluster.preset("2xV100")
+    one_device = max(tp.simulate(op_graph, tp.place(op_graph, preset, method="single"), preset).peak_memory_bytes.values())
+    small = tp.Cluster([dataclasses.replace(d, memory_bytes=int(0.75 * one_device)) if d.type == "GPU" else d
+                        for d in preset.devices], preset.links(), name="small")
+    small.save(str(tmp_path / "small.pbtxt"))
+    report = tmp_path / "report.json"
+    args = ["place", graph_file, "--cluster", str(tmp_path / "small.pbtxt"), "--method", "m_etf", "--batch-size",
+            "512", "--fetch", "train", "--out", str(tmp_path / "placed.pb"), "--report", str(report)]
+    assert main(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["single"], ["m_etf"])]
+    summary = json.loads(report.read_text())
+    assert "single" in summary["out_of_memory"] and "m_etf" not in summary["out_of_memory"]
+    assert [line.split()[0] for line in lines] == ["m_etf", "single"]  # fitting first, whatever the step time
+    assert lines[1].endswith("out of memory") and "out of memory" not in lines[0]
+
+
 BAD_INPUTS = {
     "unknown cluster": (["--cluster", "3xV100"], "3xV100"),
     "unknown method": (["--method", "telepathy"], "telepathy"),

@@ -286,11 +286,13 @@ def _ratio(step_s: float, bound_s: float) -> str:
 
 
 def _format_table(result) -> str:
-    rows = sorted((result.evaluated or result.baselines).items(), key=lambda kv: kv[1])
+    oom = set(result.out_of_memory)
+    # Placements that fit first, as `optimize` chooses: a faster one that does not fit cannot run.
+    rows = sorted((result.evaluated or result.baselines).items(), key=lambda kv: (kv[0] in oom, kv[1]))
     width = max([len(m) for m, _ in rows] + [len(result.method_used), 6])
     lines = [f"{'method':<{width}}  step time (ms)  x lower bound"]
     for method, step in rows:
-        mark = "  <- chosen" if method == result.method_used else ""
+        mark = ("  out of memory" if method in oom else "") + ("  <- chosen" if method == result.method_used else "")
         lines.append(f"{method:<{width}}  {step * 1e3:14.3f}  {_ratio(step, result.lower_bound_s)}{mark}")
     lines.append(f"lower bound {result.lower_bound_s * 1e3:.3f} ms; {result.placement.notes}; "
                  f"{'OUT OF MEMORY; ' if result.oom else ''}placed in {result.placement_time_s:.1f} s")

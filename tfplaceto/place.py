@@ -158,6 +158,9 @@ class OptimizeResult:
     evaluated: dict[str, float] = dataclasses.field(default_factory=dict)
     # How many compute ops have unknown shapes (so guessed costs), and their share of the estimate.
     unknown_shapes: UnknownShapes | None = None
+    # The methods of `evaluated` whose placement runs out of device memory (their step times
+    # are what the step would take if it fitted; none of them is chosen while another fits).
+    out_of_memory: tuple[str, ...] = ()
 
     def simulate(self):
         """The SimResult of the chosen placement (for traces and Gantt charts)."""
@@ -167,6 +170,7 @@ class OptimizeResult:
         """The figures as a JSON-able dict (`tfplaceto place --report`): with `memory`, per device
         of the cluster, the simulated peak and the limit in bytes and in GiB, and the busy time."""
         summary = {"method_used": self.method_used, "step_time_s": self.step_time_s, "evaluated": self.evaluated,
+                   "out_of_memory": list(self.out_of_memory),
                    "lower_bound_s": self.lower_bound_s, "oom": self.oom, "baselines": self.baselines,
                    "placement_time_s": self.placement_time_s, "notes": self.placement.notes,
                    "loops": self.op_graph.loop_report() if self.op_graph is not None else [],
@@ -249,4 +253,5 @@ def optimize(graph_def, fetches: Sequence[str] | str | None = None, cluster: Clu
     return OptimizeResult(placed, placement, step_time, float(lower_bound(op_graph, cluster, costs)),
                           {m: r[1] for m, r in results.items() if m in compared}, chosen, oom,
                           time.perf_counter() - began, op_graph, cluster, costs,
-                          {m: r[1] for m, r in results.items()}, shapes)
+                          {m: r[1] for m, r in results.items()}, shapes,
+                          tuple(m for m, r in results.items() if r[0]))
