@@ -97,6 +97,20 @@ def test_generalization_merge_reports_runs_without_controls_and_joins_them_with_
     assert "untrained / zero-shot" in capsys.readouterr().out.strip().splitlines()[-1]
 
 
+def test_generalization_merge_joins_rows_of_models_outside_the_families(capsys):
+    from conftest import ROOT, load_script
+
+    generalization = load_script("benchmarks/generalization.py")
+    masked = ROOT / "docs" / "generalization_keras_applications.json"
+    generalization.main(["--merge", str(ROOT / "docs" / "generalization_keras_applications_no_mask.json"), str(masked)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    rows = json.loads(masked.read_text())
+    clusters = ["2xK80", "4xV100", "8xV100"]
+    expected = sorted(([r["graph"], r["cluster"]] for r in rows), key=lambda k: (k[0], clusters.index(k[1])))
+    assert [line.split()[:2] for line in lines[1:-1]] == expected  # by model name, then cluster
+    assert lines[-1].endswith("zero-shot out of memory on 0 rows")  # the later run's rows replace the earlier's
+
+
 def test_perturbations_climbs_every_changed_draw_to_no_worse_than_it_began():
     from conftest import load_script
 
