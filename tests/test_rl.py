@@ -295,11 +295,10 @@ def test_a_memory_headroom_keeps_a_class_off_a_device_it_would_fill_while_anothe
 
 def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_one_device():
     """A small CNN's training step on two V100s with 3/4 of its one-device peak each: the shipped
-    policy, trained where memory seldom binds, piles it on one device unless the memory mask
+    policy, trained where memory seldom binds, piles it on one device unless a memory mask
     keeps it off a full one."""
     import dataclasses
 
-    from tfplaceto.rl.environment import MEMORY_HEADROOM
     from tfplaceto.rl.train import problems_for
 
     inputs = tf.keras.Input((32, 32, 3))
@@ -321,7 +320,7 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     peak = one_device.simulator().run(np.zeros(one_device.num_nodes, np.int32))[1][0]
     problem = problem_with(int(0.75 * peak))
     policy = load_policy()
-    for headroom, runs_out in ((None, True), (MEMORY_HEADROOM, False)):
+    for headroom, runs_out in ((None, True), (0.95, False)):
         actor = Actor(problem, policy, 0, memory_headroom=headroom)
         for placement in actor.episodes("random", 2, greedy=True, seed=0):
             assert problem.simulator().run(placement)[2] == runs_out
@@ -330,7 +329,6 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
 def test_training_collects_and_selects_with_the_memory_mask_and_replays_without_it(monkeypatch):
     from tfplaceto.rl import acting
     from tfplaceto.rl import train as training
-    from tfplaceto.rl.environment import MEMORY_HEADROOM
 
     base = forward_backward(megabytes=(30, 30, 5))
     problem = Problem(base.graph, tp.Cluster(gpus(2, memory=66 * 10**6), name="small"), base.compute_s, base.allowed)
@@ -343,13 +341,13 @@ def test_training_collects_and_selects_with_the_memory_mask_and_replays_without_
 
     for module in (training, acting):
         monkeypatch.setattr(module, "PlacementEnvironment", Recording)
-    for headroom in (MEMORY_HEADROOM, None):
+    for headroom in (0.95, None):
         made.clear()
         train(problem, episodes=8, lanes=4, seed=0, hidden=8, rounds=2, progress=False, select_every=1,
               self_imitation=1.0, imitate_baseline=True, memory_headroom=headroom)
         # collection, then model selection's actors' episodes, with the headroom; replays without it
         assert made[0] == (False, headroom) and made.count((False, headroom)) > 1 and (True, None) in made
-        assert (True, MEMORY_HEADROOM) not in made
+        assert (True, 0.95) not in made
 
 
 def test_collection_goes_through_the_collect_policy_and_never_picks_a_masked_device():

@@ -33,7 +33,7 @@ from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
-from tfplaceto.rl.environment import MEMORY_HEADROOM, PlacementEnvironment
+from tfplaceto.rl.environment import PlacementEnvironment
 
 
 def specs(env: PlacementEnvironment):
@@ -130,15 +130,13 @@ class Actor:
     One compiled function (batch size free, greedy or sampled chosen by an argument) serves
     every call, so a placer that runs the policy many times traces it once. Greedy steps choose
     as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own
-    seeded generator (`PlacetoPolicy`). A class is not put where it would fill a device past
-    `memory_headroom` of its memory while another device has room (`PlacementEnvironment`'s;
-    None: no such mask): the shipped policy was trained where memory seldom binds, and alone it
-    piled real models that do not fit one device onto one (ResNet50, batch 32, on 2xK80:
-    docs/RESULTS.md, session 47).
+    seeded generator (`PlacetoPolicy`). With `memory_headroom`, a class is not put where it would
+    fill a device past that share of its memory while another device has room
+    (`PlacementEnvironment`'s; off by default, as it says why).
     """
 
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0,
-                 memory_headroom: float | None = MEMORY_HEADROOM):
+                 memory_headroom: float | None = None):
         self._problem = problem
         self._seed = seed
         self._memory_headroom = memory_headroom

@@ -25,9 +25,12 @@ An episode improves one placement of one graph, one colocation class (node) at a
   (a random start's) left out.
 With `memory_headroom=h` a device is masked for a class that would fill it past h x its memory,
 by the peak memory of what the episode has placed there (`observation.memory_fits`), unless no
-allowed device is left: a policy trained where memory rarely binds then cannot pile a graph that
-does not fit onto one device. A problem whose whole graph fits one device within h of the smallest
-device's memory is never masked, and its masks are not computed (the families' graphs).
+allowed device is left. A problem whose whole graph fits one device within h of the smallest
+device's memory is never masked, and its masks are not computed. Off by default (training, the
+`Actor`): the estimate follows this simulator, over groups, whose peaks are above those of the
+op-level simulation `tp.simulate` and `optimize` report; on five Keras applications the mask
+kept the shipped policy within the groups' memory at the cost of slower placements that would
+have fitted at op level anyway (docs/RESULTS.md, session 47).
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory, so an OOM placement is always worse
 than the same step time without OOM, and less overflow is better.
@@ -80,12 +83,6 @@ from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
 Initial = str | np.ndarray | Callable[[Problem, np.random.Generator], np.ndarray]
 INITIAL_NAMES = ("random", "single", "baseline")
 SCHEDULES = ("placement", "visited")  # what an observation's schedule describes (`schedule`)
-# The share of a device's memory a policy fills at most (`memory_headroom`: training's and the
-# Actor's). The estimate it fills by (`observation.memory_fits`) leaves out transfer times: on four
-# Keras applications on 2xK80, 4xV100 and 8xV100, placements it filled to 1.0 peaked at up to
-# 1.002x and to 0.9 at up to 0.902x in the simulator (docs/RESULTS.md, session 47). The rest of
-# the 5% is for graphs not seen, and for what a real GPU's runtime keeps for itself.
-MEMORY_HEADROOM = 0.95
 
 
 def action_spec_for(dims: Dims) -> array_spec.BoundedArraySpec:
