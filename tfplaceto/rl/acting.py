@@ -131,8 +131,8 @@ class Actor:
     every call, so a placer that runs the policy many times traces it once. Greedy steps choose
     as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own
     seeded generator (`PlacetoPolicy`). With `memory_headroom`, a class is not put where it would
-    fill a device past that share of its memory while another device has room
-    (`PlacementEnvironment`'s; off by default, as it says why).
+    fill a device past that share of its memory while another device has room (the memory mask
+    of `PlacementEnvironment`, whose docstring says why it is off by default).
     """
 
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0,
