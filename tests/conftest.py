@@ -88,6 +88,18 @@ def gpus(count, memory=16 * 10**9):
             for i in range(count)]
 
 
+def with_gpu_memory(preset: str, memory_bytes: int):
+    """The preset cluster with `memory_bytes` on each GPU (its host and links as they are)."""
+    import dataclasses
+
+    import tfplaceto as tp
+
+    cluster = tp.Cluster.preset(preset)
+    devices = [dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.type == "GPU" else d
+               for d in cluster.devices]
+    return tp.Cluster(devices, cluster.links(), name=f"{preset} with {int(memory_bytes)} B a GPU")
+
+
 def layered(seed=0, width=4, depth=5, devices=3, cpu_only=()):
     """A random layered DAG with uneven costs; `cpu_only` nodes may only go on the last device."""
     import tfplaceto as tp

@@ -37,13 +37,12 @@ def test_place_writes_a_graph_with_every_device_set(graph_file, tmp_path, capsys
 
 
 def test_place_lists_placements_that_do_not_fit_after_those_that_do(graph_file, tmp_path, capsys):
-    import dataclasses
+    from conftest import with_gpu_memory
 
     op_graph = tp.import_graph(graph_file, fetches=["train"], batch_size=512)
     preset = tp.Cluster.preset("2xV100")
     one_device = max(tp.simulate(op_graph, tp.place(op_graph, preset, method="single"), preset).peak_memory_bytes.values())
-    small = tp.Cluster([dataclasses.replace(d, memory_bytes=int(0.75 * one_device)) if d.type == "GPU" else d
-                        for d in preset.devices], preset.links(), name="small")
+    small = with_gpu_memory("2xV100", 0.75 * one_device)
     small.save(str(tmp_path / "small.pbtxt"))
     report = tmp_path / "report.json"
     args = ["place", graph_file, "--cluster", str(tmp_path / "small.pbtxt"), "--method", "m_etf", "--batch-size",

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import gpus, layered
+from conftest import gpus, layered, with_gpu_memory
 
 import tfplaceto as tp
 from tfplaceto import errors, placeto, search
@@ -297,8 +297,6 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     """A small CNN's training step on two V100s with 3/4 of its one-device peak each: the shipped
     policy, trained where memory seldom binds, piles it on one device unless a memory mask
     keeps it off a full one."""
-    import dataclasses
-
     from tfplaceto.rl.train import problems_for
 
     inputs = tf.keras.Input((32, 32, 3))
@@ -310,11 +308,9 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     model.compile(tf.keras.optimizers.SGD(0.01, momentum=0.9),
                   tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     op_graph = tp.import_graph(model, batch_size=128)
-    preset = tp.Cluster.preset("2xV100")
 
     def problem_with(memory_bytes):
-        devices = [dataclasses.replace(d, memory_bytes=memory_bytes) if d.type == "GPU" else d for d in preset.devices]
-        return problems_for([op_graph], [tp.Cluster(devices, preset.links(), name="small")])[0][0]
+        return problems_for([op_graph], [with_gpu_memory("2xV100", memory_bytes)])[0][0]
 
     one_device = problem_with(10**11)
     peak = one_device.simulator().run(np.zeros(one_device.num_nodes, np.int32))[1][0]

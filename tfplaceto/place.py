@@ -159,7 +159,8 @@ class OptimizeResult:
     # How many compute ops have unknown shapes (so guessed costs), and their share of the estimate.
     unknown_shapes: UnknownShapes | None = None
     # The methods of `evaluated` whose placement runs out of device memory (their step times
-    # are what the step would take if it fitted; none of them is chosen while another fits).
+    # are what the step would take if it fitted; "placeto" and "auto" choose none of them while
+    # another fits, a method named explicitly is returned all the same).
     out_of_memory: tuple[str, ...] = ()
 
     def simulate(self):

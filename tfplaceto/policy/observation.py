@@ -213,10 +213,7 @@ def graph_statics(problem) -> GraphStatics:
     position[np.asarray(graph.topo_order, np.int64)] = np.arange(n)
     last_use = position.copy()
     np.maximum.at(last_use, senders, position[receivers])
-    alive = np.zeros(n + 1)  # outputs held from each position on, every node on one device
-    np.add.at(alive, position, output)
-    np.add.at(alive, last_use + 1, -output)
-    one_device = float(persistent.sum() + np.cumsum(alive)[:n].max(initial=0.0))
+    one_device = float(persistent.sum() + _held_bytes(n, position, last_use, output).max(initial=0.0))
 
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
@@ -241,6 +238,15 @@ def graph_statics(problem) -> GraphStatics:
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
         latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
         time_scale=time_scale, position=position, last_use=last_use, one_device_bytes=one_device)
+
+
+def _held_bytes(n: int, begins: np.ndarray, ends: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """(n,) the bytes held at each of n topological positions by buffers of `nbytes` held from
+    position `begins` through position `ends`."""
+    delta = np.zeros(n + 1)
+    np.add.at(delta, begins, nbytes)
+    np.add.at(delta, np.asarray(ends) + 1, -np.asarray(nbytes, np.float64))
+    return np.cumsum(delta)[:n]
 
 
 def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray, visited: np.ndarray,
@@ -285,9 +291,7 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
         fixed = np.bincount(placement[seen], weights=persistent[seen], minlength=d) + persistent[members].sum()
         # The class: its outputs held until their last reader (none visited yet: all local), and
         # on a device other than an input's, a copy of that input until the class reads it.
-        own = np.zeros(n + 1)
-        np.add.at(own, position[members], output[members])
-        np.add.at(own, statics.last_use[members] + 1, -output[members])
+        own = _held_bytes(n, position[members], statics.last_use[members], output[members])
         mine = np.zeros(n, bool)
         mine[members] = True
         reads = mine[receivers] & seen[senders]
@@ -295,14 +299,14 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
         np.maximum.at(last_read, senders[reads], position[receivers[reads]])
         inputs = np.flatnonzero(last_read >= 0)
         for device in range(d):
-            extra = own.copy()
+            copies = np.zeros(n + 1)
             for producer in inputs[placement[inputs] != device].tolist():
                 held_until = copy_end[producer, device]  # -1: no copy there yet
                 begins = held_until + 1 if held_until >= 0 else position[producer]
                 if last_read[producer] >= begins:  # a new copy, or one held longer
-                    extra[begins] += output[producer]
-                    extra[last_read[producer] + 1] -= output[producer]
-            peak = (held[device] + np.cumsum(extra)[:n]).max(initial=0.0)
+                    copies[begins] += output[producer]
+                    copies[last_read[producer] + 1] -= output[producer]
+            peak = (held[device] + own + np.cumsum(copies)[:n]).max(initial=0.0)
             fits[row, device] = fixed[device] + peak <= limit[device]
     return fits
 
