@@ -231,25 +231,33 @@ def test_oom_is_penalized():
     assert not summary["oom"] and sum(rewards) > 0.5  # more than the step-time gain alone (0.5)
 
 
-def forward_backward(megabytes=(10, 20, 30), gradient_megabytes=1):
+def forward_backward(megabytes=(10, 20, 30), gradient_megabytes=1, split=False):
     """A training step's shape: a forward chain f0 -> f1 -> f2 -> loss, then a backward chain
     loss -> g2 -> g1 -> g0 where g_i also reads f_i's activation; f_i holds its weights
-    (1 MB of persistent bytes)."""
+    (1 MB of persistent bytes). `split`: f1 keeps a second tensor (5 MB) for g1, which reads
+    that instead of f1's activation, and every node has 2 MB of outputs nobody reads (a grouped
+    graph's shape: tensors leaving a node at different times, and scratch)."""
     names = ["f0", "f1", "f2", "loss", "g2", "g1", "g0"]
     mb = 10**6
     producers = [0, 1, 2, 3, 4, 5]  # one output tensor per node but g0
     sizes = [m * mb for m in megabytes] + [mb] + [gradient_megabytes * mb] * 2
     reads = [(1, 0), (6, 0), (2, 1), (5, 1), (3, 2), (4, 2), (4, 3), (5, 4), (6, 5)]  # (consumer, tensor)
+    output_bytes = None
+    if split:
+        producers.append(1)
+        sizes.append(5 * mb)
+        reads[3] = (5, 6)
+        output_bytes = np.bincount(producers, sizes, minlength=7).astype(np.int64) + 2 * mb
     graph = make_op_graph(names, ["MatMul"] * 7, producers, sizes, [t for _, t in reads], [c for c, _ in reads],
-                          persistent_bytes=[mb] * 3 + [0] * 4)
+                          output_bytes=output_bytes, persistent_bytes=[mb] * 3 + [0] * 4)
     cluster = tp.Cluster(gpus(2), name="tiny")
     return Problem(graph, cluster, np.full((7, 2), 1e-3), allowed_devices(graph, cluster))
 
 
-@pytest.mark.parametrize("megabytes", [(10, 20, 30), (30, 30, 5)])
+@pytest.mark.parametrize("megabytes, split", [((10, 20, 30), False), ((30, 30, 5), False), ((30, 30, 5), True)])
 @pytest.mark.parametrize("placement", [[0] * 7, [0, 0, 0, 0, 1, 1, 1], [0, 1, 0, 0, 1, 0, 1]])
-def test_the_memory_a_class_fits_in_is_the_simulated_peak_of_its_device(megabytes, placement):
-    problem = forward_backward(megabytes)
+def test_the_memory_a_class_fits_in_is_the_simulated_peak_of_its_device(megabytes, split, placement):
+    problem = forward_backward(megabytes, split=split)
     statics = graph_statics(problem)
     placement = np.array(placement, np.int32)
     last = statics.num_steps - 1  # g0: every other class visited where `placement` has it

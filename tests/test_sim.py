@@ -98,19 +98,22 @@ def reference_simulate(graph: OpGraph, cluster: Cluster, compute: np.ndarray, de
     for i in range(n_nodes):
         memory[dev[i]] += int(graph.persistent_bytes[i])
     peak = list(memory)
-    # A node's output lives while it, a local reader or a send still needs it.
-    holders = {i: 1 + sum(1 for t in tensors_of[i] for c in consumers[t] if dev[c] == dev[i])
-               for i in range(n_nodes)}
+    # A tensor lives while its producer, a local reader or a send still needs it; the rest of a
+    # node's output bytes only while the node runs.
+    holders = {t: 1 + sum(1 for c in consumers[t] if dev[c] == dev[producer[t]])
+               for t in range(len(producer))}
+    made = [sum(int(graph.tensor_bytes[t]) for t in tensors_of[i]) for i in range(n_nodes)]
+    scratch = [max(int(graph.output_bytes[i]) - made[i], 0) for i in range(n_nodes)]
     copy_readers = {}
 
     def allocate(d, nbytes):
         memory[d] += nbytes
         peak[d] = max(peak[d], memory[d])
 
-    def release_output(p):
-        holders[p] -= 1
-        if holders[p] == 0:
-            memory[dev[p]] -= int(graph.output_bytes[p])
+    def release_tensor(t):
+        holders[t] -= 1
+        if holders[t] == 0:
+            memory[dev[producer[t]]] -= int(graph.tensor_bytes[t])
 
     def arrive(node, now):
         waiting[node] -= 1
@@ -127,7 +130,7 @@ def reference_simulate(graph: OpGraph, cluster: Cluster, compute: np.ndarray, de
                 _, i = heapq.heappop(node_queue[d])
                 free[d] -= 1
                 start[i], end[i] = now, now + compute[i, d]
-                allocate(d, int(graph.output_bytes[i]))
+                allocate(d, scratch[i] + made[i])
                 heapq.heappush(running, (end[i], 0, i))
         for (a, b), idle in link_free.items():
             if idle and link_queue[(a, b)]:
@@ -158,21 +161,23 @@ def reference_simulate(graph: OpGraph, cluster: Cluster, compute: np.ndarray, de
                         else:
                             remote.add(dev[c])
                     for b in remote:
-                        holders[i] += 1
+                        holders[t] += 1
                         copy_readers[(t, b)] = sum(1 for c in consumers[t] if dev[c] == b)
                         heapq.heappush(link_queue[(dev[i], b)], (now, t, b))
                 for t in inputs[i]:
                     if dev[producer[t]] == dev[i]:
-                        release_output(producer[t])
+                        release_tensor(t)
                     else:
                         copy_readers[(t, dev[i])] -= 1
                         if copy_readers[(t, dev[i])] == 0:
                             memory[dev[i]] -= int(graph.tensor_bytes[t])
-                release_output(i)
+                memory[dev[i]] -= scratch[i]
+                for t in tensors_of[i]:
+                    release_tensor(t)
             else:
                 t, b = what
                 link_free[(dev[producer[t]], b)] = True
-                release_output(producer[t])
+                release_tensor(t)
                 for c in consumers[t]:
                     if dev[c] == b:
                         arrive(c, now)
@@ -201,6 +206,9 @@ def problems(draw, max_nodes: int = 14, max_devices: int = 4):
     graph = make_op_graph(
         [f"op{i}" for i in range(n)], ["Op"] * n, tensor_producer, tensor_bytes, edge_tensor,
         edge_consumer, [a for a, _ in control], [b for _, b in control],
+        # Outputs nobody reads, beside the tensors: held only while the node runs.
+        output_bytes=np.bincount(np.asarray(tensor_producer, int), tensor_bytes, minlength=n).astype(int)
+        + draw(st.lists(st.sampled_from([0, 0, 512]), min_size=n, max_size=n)),
         persistent_bytes=draw(st.lists(st.sampled_from([0, 100, 1000]), min_size=n, max_size=n)),
         tensor_iterations=draw(st.lists(st.sampled_from([1, 1, 2, 3]), min_size=len(tensor_producer),
                                         max_size=len(tensor_producer))))
@@ -371,6 +379,20 @@ def test_peak_memory_with_a_transfer():
     assert result.oom and result.oom_devices == (gpu(1),)
     assert result.transfer_start_s.tolist() == [1.0] and result.transfer_end_s.tolist() == [2.0]
     assert result.node_start_s.tolist() == [0.0, 2.0]
+
+
+def test_each_tensor_is_freed_after_its_own_last_reader():
+    # a makes t0 (1000 bytes, read by b) and t1 (10, read by c); b makes t2 (100, read by c); c
+    # makes 500 bytes nobody reads. One device: t0 goes when b ends, so c runs beside t1 and t2
+    # only: the peak is b's 1000 + 10 + 100, not a's whole 1010 held until c (1610).
+    graph = make_op_graph(["a", "b", "c"], ["Op"] * 3, [0, 0, 1], [1000, 10, 100], [0, 1, 2], [1, 2, 2],
+                          output_bytes=[1010, 100, 500])
+    result = simulate(graph, [0, 0, 0], make_cluster(1), np.ones((3, 1)))
+    assert result.peak_memory_bytes[gpu(0)] == 1110
+    # On two devices, t1 is sent to c's device when a ends and freed on a's when the send ends.
+    cluster = make_cluster(2, bandwidth=1000.0, latency=0.0)
+    result = simulate(graph, [0, 0, 1], cluster, np.ones((3, 2)))
+    assert result.peak_memory_bytes == {gpu(0): 1110, gpu(1): 10 + 100 + 500}
 
 
 def test_frees_happen_before_allocations_at_the_same_instant():

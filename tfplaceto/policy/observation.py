@@ -11,7 +11,8 @@ a few (N,) arrays per episode, not the graph. Map of the file:
   GraphStatics       placement-independent arrays of one Problem (`graph_statics`): node-level
                      data edges (`node_edges`), colocation classes and the visiting order
                      (steps), the ancestors and descendants of each step's class, static node
-                     features, time scale, each node's topological position and last reader's.
+                     features, time scale, each node's topological position, and the
+                     tensors with their readers (what `memory_fits` holds).
   memory_fits        whether a class fits on each device, by the peak memory of what the episode
                      has placed (the environment's memory mask, `memory_headroom`).
   step_edges         per step, the edges into and out of its class (what the device features
@@ -115,7 +116,12 @@ class GraphStatics:
     allowed: np.ndarray  # (N, D) bool
     time_scale: float  # seconds: max(critical path, total compute / D) on the fastest devices
     position: np.ndarray  # (N,) int64: each node's place in the topological order (`graph.topo_order`)
-    last_use: np.ndarray  # (N,) int64: the position of its last reader (its own when it has none)
+    tensor_producer: np.ndarray  # (T,) int64: the node making each tensor
+    tensor_bytes: np.ndarray  # (T,) float64: bytes of one of its buffers (one iteration's)
+    read_tensor: np.ndarray  # (R,) int64: tensor of each (tensor, reader) pair
+    reader: np.ndarray  # (R,) int64: reader of each (tensor, reader) pair
+    tensor_last_use: np.ndarray  # (T,) int64: the position of its last reader (its producer's if none)
+    scratch_bytes: np.ndarray  # (N,) float64: output bytes beyond its tensors', held while it runs
     one_device_bytes: float  # `memory_fits`'s peak of every node on one device: no device holds more
 
     @property
@@ -211,9 +217,19 @@ def graph_statics(problem) -> GraphStatics:
 
     position = np.empty(n, np.int64)
     position[np.asarray(graph.topo_order, np.int64)] = np.arange(n)
-    last_use = position.copy()
-    np.maximum.at(last_use, senders, position[receivers])
-    one_device = float(persistent.sum() + _held_bytes(n, position, last_use, output).max(initial=0.0))
+    # Memory as the simulator holds it: each tensor until its last reader, the rest of a node's
+    # output bytes while it runs.
+    tensor_producer = np.asarray(graph.tensor_producer, np.int64)
+    tensor_bytes = np.asarray(graph.tensor_bytes, np.float64)
+    pairs = np.unique(np.stack([np.asarray(graph.edge_tensor, np.int64),
+                                np.asarray(graph.edge_consumer, np.int64)], 1), axis=0).reshape(-1, 2)
+    read_tensor, reader = pairs[:, 0], pairs[:, 1]
+    tensor_last_use = position[tensor_producer]
+    np.maximum.at(tensor_last_use, read_tensor, position[reader])
+    scratch = np.maximum(output - np.bincount(tensor_producer, weights=tensor_bytes, minlength=n), 0.0)
+    one_device = float(persistent.sum() + _held_bytes(
+        n, np.concatenate([position[tensor_producer], position]), np.concatenate([tensor_last_use, position]),
+        np.concatenate([tensor_bytes, scratch])).max(initial=0.0))
 
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
@@ -237,7 +253,9 @@ def graph_statics(problem) -> GraphStatics:
         memory_bytes=memory, persistent_bytes=persistent, output_bytes=output,
         bandwidth=np.asarray(problem.cluster.bandwidth, np.float64),
         latency=np.asarray(problem.cluster.latency, np.float64), allowed=allowed,
-        time_scale=time_scale, position=position, last_use=last_use, one_device_bytes=one_device)
+        time_scale=time_scale, position=position, tensor_producer=tensor_producer, tensor_bytes=tensor_bytes,
+        read_tensor=read_tensor, reader=reader, tensor_last_use=tensor_last_use, scratch_bytes=scratch,
+        one_device_bytes=one_device)
 
 
 def _held_bytes(n: int, begins: np.ndarray, ends: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -255,11 +273,12 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
     step fits on each device: the peak memory of the device, within `headroom` x its memory, as
     if every device ran its ops one by one in the topological order of the step (one clock for
     all: `GraphStatics.position`). A device holds the persistent bytes of its nodes all step;
-    a node's output from the node until its last reader on that device (or the node itself when
-    every reader is elsewhere: it is sent and freed); and a copy of an output read from another
-    device from the producer until the copy's last reader there. The nodes not yet visited (a
-    random start's) hold nothing, and a reader not yet visited is taken to be on its producer's
-    device (most are); the class's own nodes count where it would go, not where they are.
+    each tensor a node makes from the node until its last reader on that device (or the node
+    itself when every reader is elsewhere: it is sent and freed); the rest of a node's output
+    bytes while it runs; and a copy of a tensor read from another device from its producer until
+    the copy's last reader there. The nodes not yet visited (a random start's) hold nothing, and
+    a reader not yet visited is taken to be on its producer's device (most are); the class's own
+    nodes count where it would go, not where they are.
 
     On one device this is the simulator's peak when the simulator runs the ops in that order
     (ResNet50's training step: to the byte); over several it leaves out transfer times and
@@ -267,45 +286,54 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
     that). No device ever holds more than `GraphStatics.one_device_bytes` by it (what it holds
     is a part of what one device would, over shorter times)."""
     n, d = statics.num_nodes, statics.num_devices
-    position, senders, receivers = statics.position, statics.senders, statics.receivers
-    output, persistent = statics.output_bytes, statics.persistent_bytes
+    position, persistent, scratch = statics.position, statics.persistent_bytes, statics.scratch_bytes
+    producer, nbytes = statics.tensor_producer, statics.tensor_bytes
+    read_tensor, reader = statics.read_tensor, statics.reader
+    read_from = producer[read_tensor]
     limit = headroom * statics.memory_bytes
     fits = np.empty((len(placements), d), bool)
     for row, step in enumerate(np.minimum(steps, statics.num_steps - 1)):
         members, placement = statics.members[step], placements[row]
         seen = np.asarray(visited[row]) > 0
         seen[members] = False  # a class visited before (a later pass) counts where it would go
-        # Each visited output: held on its device until its last reader there, or a copy's end.
-        local = ~seen[receivers] | (placement[receivers] == placement[senders])
-        own_end = position.copy()
-        np.maximum.at(own_end, senders[local], position[receivers[local]])
-        copy_end = np.full((n, d), -1)
-        remote = seen[senders] & ~local
-        np.maximum.at(copy_end, (senders[remote], placement[receivers[remote]]), position[receivers[remote]])
+        # Each visited tensor: held on its device until its last reader there, or a copy's end.
+        local = ~seen[reader] | (placement[reader] == placement[read_from])
+        own_end = position[producer]
+        np.maximum.at(own_end, read_tensor[local], position[reader[local]])
+        copy_end = np.full((len(producer), d), -1)
+        remote = seen[read_from] & ~local
+        np.maximum.at(copy_end, (read_tensor[remote], placement[reader[remote]]), position[reader[remote]])
+        made = seen[producer]
+        copied, copy_device = np.nonzero(copy_end >= 0)
         alive = np.zeros((d, n + 1))
-        for node, device, end in ((np.flatnonzero(seen), placement[seen], own_end[seen]),
-                                  (*np.nonzero(copy_end >= 0), copy_end[copy_end >= 0])):
-            np.add.at(alive, (device, position[node]), output[node])
-            np.add.at(alive, (device, end + 1), -output[node])
+        for device, begins, ends, held_bytes in (
+                (placement[producer[made]], position[producer[made]], own_end[made], nbytes[made]),
+                (placement[seen], position[seen], position[seen], scratch[seen]),
+                (copy_device, position[producer[copied]], copy_end[copied, copy_device], nbytes[copied])):
+            np.add.at(alive, (device, begins), held_bytes)
+            np.add.at(alive, (device, ends + 1), -held_bytes)
         held = np.cumsum(alive, axis=1)[:, :n]  # (D, N): bytes held at each position
         fixed = np.bincount(placement[seen], weights=persistent[seen], minlength=d) + persistent[members].sum()
-        # The class: its outputs held until their last reader (none visited yet: all local), and
+        # The class: its tensors held until their last reader (none visited yet: all local), and
         # on a device other than an input's, a copy of that input until the class reads it.
-        own = _held_bytes(n, position[members], statics.last_use[members], output[members])
         mine = np.zeros(n, bool)
         mine[members] = True
-        reads = mine[receivers] & seen[senders]
-        last_read = np.full(n, -1)  # of each visited input, by the class
-        np.maximum.at(last_read, senders[reads], position[receivers[reads]])
+        ours = mine[producer]
+        own = _held_bytes(n, np.concatenate([position[producer[ours]], position[members]]),
+                          np.concatenate([statics.tensor_last_use[ours], position[members]]),
+                          np.concatenate([nbytes[ours], scratch[members]]))
+        reads = mine[reader] & seen[read_from]
+        last_read = np.full(len(producer), -1)  # of each visited input, by the class
+        np.maximum.at(last_read, read_tensor[reads], position[reader[reads]])
         inputs = np.flatnonzero(last_read >= 0)
         for device in range(d):
             copies = np.zeros(n + 1)
-            for producer in inputs[placement[inputs] != device].tolist():
-                held_until = copy_end[producer, device]  # -1: no copy there yet
-                begins = held_until + 1 if held_until >= 0 else position[producer]
-                if last_read[producer] >= begins:  # a new copy, or one held longer
-                    copies[begins] += output[producer]
-                    copies[last_read[producer] + 1] -= output[producer]
+            for tensor in inputs[placement[producer[inputs]] != device].tolist():
+                held_until = copy_end[tensor, device]  # -1: no copy there yet
+                begins = held_until + 1 if held_until >= 0 else position[producer[tensor]]
+                if last_read[tensor] >= begins:  # a new copy, or one held longer
+                    copies[begins] += nbytes[tensor]
+                    copies[last_read[tensor] + 1] -= nbytes[tensor]
             peak = (held[device] + own + np.cumsum(copies)[:n]).max(initial=0.0)
             fits[row, device] = fixed[device] + peak <= limit[device]
     return fits

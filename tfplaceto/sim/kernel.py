@@ -31,10 +31,13 @@ Semantics (the contract `tests/test_sim.py` checks against a plain-Python refere
   taking tensor_trips[t] x (latency + bytes / bandwidth) and holding one iteration's bytes on
   the destination. So a loop's iterations are sequential on its nodes and links, while
   independent loops and ops overlap as any nodes do.
-- Memory per device: persistent bytes of its nodes all step; a node's output_bytes from its start
-  until its end, its last local consumer's end and its last outgoing transfer's end, whichever is
-  latest (a Send reads the producer's buffer); a received copy (tensor_bytes) from the transfer's
-  start until its last consumer on the destination ends. Frees at t happen before allocations at t.
+- Memory per device: persistent bytes of its nodes all step; each tensor a node makes
+  (tensor_bytes) from the node's start until its end, the tensor's last local consumer's end and
+  its last outgoing transfer's end, whichever is latest (a Send reads the producer's buffer); the
+  rest of the node's output_bytes (outputs nobody reads; in a grouped graph, the largest output
+  made inside the group) from its start until its end; a received copy (tensor_bytes) from the
+  transfer's start until its last consumer on the destination ends. Frees at t happen before
+  allocations at t.
 - Contention (off when `group_slow` is empty): devices with the same `group_of[d] >= 0` share
   what computing needs. While k devices of group g are busy (a device is busy while it runs at
   least one node), each of their nodes progresses at 1 / (1 + (k - 1) * group_slow[g]) solo
@@ -80,13 +83,21 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
     node_start = np.full(n_nodes, -1.0)
     node_end = np.full(n_nodes, -1.0)
     pending = indegree.copy()
-    # Remaining local consumer edges and outgoing transfers of each node's output buffer.
-    local_left = np.zeros(n_nodes, np.int32)
-    sends_left = np.zeros(n_nodes, np.int32)
+    # Each tensor's buffer lives while a local consumer edge or an outgoing transfer of it is
+    # left; the rest of a node's output bytes (outputs nobody reads, a group's inside outputs)
+    # only while the node runs. A node allocates at least the tensors it makes.
+    local_left = np.zeros(n_tensors, np.int32)
+    sends_left = np.zeros(n_tensors, np.int32)
     for n in range(n_nodes):
         for k in range(cons_ptr[n], cons_ptr[n + 1]):
             if device_of[input_producer[k]] == device_of[n]:
-                local_left[input_producer[k]] += 1
+                local_left[input_tensor[k]] += 1
+    scratch = output_bytes.copy()
+    for t in range(n_tensors):
+        scratch[tensor_producer[t]] -= tensor_bytes[t]
+    for n in range(n_nodes):
+        if scratch[n] < 0:
+            scratch[n] = 0
 
     # Transfer r is item n_nodes + r.
     tr_tensor = np.empty(n_edges, np.int64)
@@ -229,7 +240,9 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                             end = now + compute[item, d] / rate
                         node_start[item] = now
                         node_end[item] = end
-                        memory[d] += output_bytes[item]
+                        memory[d] += scratch[item]
+                        for k in range(prod_ptr[item], prod_ptr[item + 1]):
+                            memory[d] += tensor_bytes[prod_tensors[k]]
                         if memory[d] > peak[d]:
                             peak[d] = memory[d]
                     else:
@@ -325,7 +338,7 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                             tr_src[r] = d
                             tr_dst[r] = dc
                             tr_left[r] = 0
-                            sends_left[n] += 1
+                            sends_left[t] += 1
                             item_ready[n_nodes + r] = now
                             item_tie[n_nodes + r] = t
                             item_queue[n_nodes + r] = n_devices + d * n_devices + dc
@@ -337,18 +350,21 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                         tr_for_dst[device_of[tensor_cons[j]]] = _NONE
                 # Inputs this node was the last local reader of can go.
                 for k in range(cons_ptr[n], cons_ptr[n + 1]):
-                    producer = input_producer[k]
-                    if device_of[producer] == d:
-                        local_left[producer] -= 1
-                        if local_left[producer] == 0 and sends_left[producer] == 0:
-                            memory[d] -= output_bytes[producer]
+                    t = input_tensor[k]
+                    if device_of[input_producer[k]] == d:
+                        local_left[t] -= 1
+                        if local_left[t] == 0 and sends_left[t] == 0:
+                            memory[d] -= tensor_bytes[t]
                     else:
                         r = input_tr[k]
                         tr_left[r] -= 1
                         if tr_left[r] == 0:
-                            memory[d] -= tensor_bytes[input_tensor[k]]
-                if local_left[n] == 0 and sends_left[n] == 0:
-                    memory[d] -= output_bytes[n]
+                            memory[d] -= tensor_bytes[t]
+                memory[d] -= scratch[n]
+                for k in range(prod_ptr[n], prod_ptr[n + 1]):
+                    t = prod_tensors[k]
+                    if local_left[t] == 0 and sends_left[t] == 0:
+                        memory[d] -= tensor_bytes[t]
             elif tr_tensor[item - n_nodes] < 0:  # a control hop arrived
                 r = item - n_nodes
                 sender = -1 - tr_tensor[r]
@@ -365,10 +381,9 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                 src = tr_src[r]
                 dst = tr_dst[r]
                 t = tr_tensor[r]
-                producer = tensor_producer[t]
-                sends_left[producer] -= 1
-                if sends_left[producer] == 0 and local_left[producer] == 0:
-                    memory[src] -= output_bytes[producer]
+                sends_left[t] -= 1
+                if sends_left[t] == 0 and local_left[t] == 0:
+                    memory[src] -= tensor_bytes[t]
                 for j in range(tensor_ptr[t], tensor_ptr[t + 1]):
                     c = tensor_cons[j]
                     if device_of[c] == dst:
