@@ -97,3 +97,22 @@ def test_optimizer_step_counter_stays_with_its_reads(training_graph):
     for max_groups in (16, 64, 256):
         grouping = tp.group(graph, max_groups)
         assert len(np.unique(grouping.op_to_group[members])) == 1, max_groups
+
+
+@pytest.mark.parametrize("max_groups", [32, 256])
+def test_grouped_memory_is_close_to_the_ops(training_graph, max_groups):
+    """A training step's peak memory on one device, simulated over its groups, is within 10% of
+    the peak over its ops: a group holds each tensor that leaves it until that tensor's last
+    reader, and inside itself what its ops hold at once (not a whole forward layer's outputs
+    until the gradient that reads the last of them)."""
+    from tfplaceto.problem import make_problem
+    from tfplaceto.sim.simulator import Simulator
+
+    cluster = tp.Cluster.preset("2xV100")
+    costs = tp.profile(training_graph, cluster)
+    problem = make_problem(training_graph, cluster, costs, max_groups=max_groups)
+    on_one = np.zeros(problem.num_nodes, np.int32)
+    grouped_peak = problem.simulator().run(on_one)[1][0]
+    op_peak = Simulator(training_graph, cluster, costs.per_device(training_graph, cluster)).run(
+        problem.expand(on_one))[1][0]
+    assert 0.9 < grouped_peak / op_peak < 1.1
