@@ -103,8 +103,8 @@ def test_optimizer_step_counter_stays_with_its_reads(training_graph):
 def test_grouped_memory_is_close_to_the_ops(training_graph, max_groups):
     """A training step's peak memory on one device, simulated over its groups, is within 10% of
     the peak over its ops: a group holds each tensor that leaves it until that tensor's last
-    reader, and inside itself what its ops hold at once (not a whole forward layer's outputs
-    until the gradient that reads the last of them)."""
+    reader (not all of them until the latest reader of any), and inside itself its largest
+    output."""
     from tfplaceto.problem import make_problem
     from tfplaceto.sim.simulator import Simulator
 

@@ -351,10 +351,10 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
     keep = c_src != c_dst
     control = np.unique(np.stack([c_src[keep], c_dst[keep]], 1), axis=0) if keep.any() else np.zeros((0, 2), int)
 
-    # Transient memory: the tensors leaving the group (the simulator holds each until its last
-    # reader), and the most its ops hold inside it at once.
+    # Transient memory: tensors leaving the group, plus the largest output made inside it.
     leaving = np.bincount(tensor_producer, weights=tensor_bytes, minlength=g)
-    scratch = _inside_peak(op_graph, op_to_group, used_tensors)
+    scratch = np.zeros(g)
+    np.maximum.at(scratch, op_to_group, op_graph.output_bytes)
     persistent = np.bincount(op_to_group, weights=op_graph.persistent_bytes, minlength=g)
     kernels = np.ones((g, op_graph.kernels.shape[1]), bool)
     np.logical_and.at(kernels, op_to_group, op_graph.kernels)
@@ -382,32 +382,6 @@ def _quotient(op_graph: OpGraph, op_to_group: np.ndarray) -> OpGraph:
                          persistent.astype(np.int64), colocation, kernels, iterations=iterations,
                          tensor_iterations=op_graph.tensor_iterations[used_tensors],
                          loops=op_graph.loops, frame=frame)
-
-
-def _inside_peak(op_graph: OpGraph, op_to_group: np.ndarray, leaving: np.ndarray) -> np.ndarray:
-    """(G,) the most bytes each group's ops hold at once inside it, run one by one in topological
-    order: each tensor read only inside its group (not in `leaving`) from its producer until its
-    last reader, and the outputs nobody reads while their op runs. So a forward activation kept
-    for a gradient in the same group counts for as long as it lives, not only the largest output."""
-    n = op_graph.num_ops
-    position = np.empty(n, np.int64)
-    position[np.asarray(op_graph.topo_order, np.int64)] = np.arange(n)
-    order = np.lexsort((position, op_to_group))  # ops by group, then topological position
-    slot = np.empty(n, np.int64)
-    slot[order] = np.arange(n)
-    producer = np.asarray(op_graph.tensor_producer, np.int64)
-    nbytes = np.asarray(op_graph.tensor_bytes, np.float64)
-    inside = np.ones(len(producer), bool)
-    inside[leaving] = False
-    last = slot[producer]
-    np.maximum.at(last, op_graph.edge_tensor, slot[op_graph.edge_consumer])
-    unread = np.maximum(op_graph.output_bytes - np.bincount(producer, weights=nbytes, minlength=n), 0.0)
-    delta = np.zeros(n + 1)
-    for begins, ends, held in ((slot[producer[inside]], last[inside], nbytes[inside]), (slot, slot, unread)):
-        np.add.at(delta, begins, held)
-        np.add.at(delta, ends + 1, -held)
-    starts = np.flatnonzero(np.diff(op_to_group[order], prepend=-1))  # each group's first slot
-    return np.maximum.reduceat(np.cumsum(delta)[:n], starts)
 
 
 def _group_names(op_graph: OpGraph, op_to_group: np.ndarray, g: int) -> list[str]:
