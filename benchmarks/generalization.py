@@ -20,12 +20,13 @@ figure's row also counts the end placements that run out of device memory (`*_oo
 `--models ResNet50:32 MobileNetV2:64 ...` measures real models from outside the families instead
 (Keras applications at their default image size, weights=None, one SGD-with-momentum training
 step of that batch): architectures the policy never saw, where memory binds on K80s and V100s as
-it seldom does in the families. `--memory-headroom 0.95` keeps every policy, and the uniform
-random actions, off a device they would fill past that share of its memory
-(`PlacementEnvironment(memory_headroom=)`; the placer does not).
+it seldom does in the families. Every policy, and the uniform random actions, is kept off a
+device it would fill past `tfplaceto.rl.environment.MEMORY_HEADROOM` of its memory, as the
+policy alone acts (`PlacementEnvironment(memory_headroom=)`); `--memory-headroom none` lifts
+that mask (a number sets another share).
 
     python benchmarks/generalization.py --models ResNet50:32 MobileNetV2:64 DenseNet121:32 \\
-        VGG16:32 Xception:32 EfficientNetB0:32 --out docs/generalization_keras_applications_no_mask.json
+        VGG16:32 Xception:32 EfficientNetB0:32 --out docs/generalization_keras_applications_session48.json
 
 `--merge A.json B.json ... --out C.json` measures nothing: it joins the rows of earlier runs
 (ordered by family, member and cluster; a later file's row replaces an earlier one's), writes them
@@ -115,7 +116,7 @@ def main(argv=None) -> None:
     parser.add_argument("--gin-param", action="append", default=[],
                         help="a gin binding on top of --gin (repeatable)")
     parser.add_argument("--merge", nargs="+", default=None, help="JSON files of earlier runs: join and report them")
-    parser.add_argument("--memory-headroom", default="none", help=MEMORY_HEADROOM_HELP)
+    parser.add_argument("--memory-headroom", default="placer", help=MEMORY_HEADROOM_HELP)
     parser.add_argument("--no-controls", action="store_true",
                         help="zero-shot (and per-graph) only; merge with a run that has the controls")
     args = parser.parse_args(argv)

@@ -53,13 +53,17 @@ def problem_of(name: str, cluster: str, batch_size: int | None = None):
 
 
 def memory_headroom_of(text: str) -> float | None:
-    """--memory-headroom: "none" (no memory mask, as the placer acts) or a share of each device's
-    memory the policy fills at most (`PlacementEnvironment(memory_headroom=)`)."""
-    return None if text == "none" else float(text)
+    """--memory-headroom: "placer" (`tfplaceto.rl.environment.MEMORY_HEADROOM`, as the policy alone
+    acts and trains by default), "none" (no memory mask) or a share of each device's memory the
+    policy fills at most (`PlacementEnvironment(memory_headroom=)`)."""
+    from tfplaceto.rl.environment import MEMORY_HEADROOM
+
+    return {"placer": MEMORY_HEADROOM, "none": None}[text] if text in ("placer", "none") else float(text)
 
 
 MEMORY_HEADROOM_HELP = ("the share of a device's memory the policy (and the random actions) fill at most: "
-                        "a number, or 'none' (the default: no memory mask, as the placer acts)")
+                        "a number, 'none' (no memory mask) or 'placer' (the default: "
+                        "tfplaceto.rl.environment.MEMORY_HEADROOM, as the policy alone acts)")
 
 
 def fresh_network(seed: int):
@@ -210,7 +214,7 @@ def main(argv=None) -> None:
                         help="a gin binding on top of --gin, e.g. train.lanes=64 (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=None, help="batch size of graph files that have none")
-    parser.add_argument("--memory-headroom", default="none", help=MEMORY_HEADROOM_HELP)
+    parser.add_argument("--memory-headroom", default="placer", help=MEMORY_HEADROOM_HELP)
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument("--plot", default=None, help="PNG of the curves")
     args = parser.parse_args(argv)

@@ -304,7 +304,7 @@ def test_a_memory_headroom_keeps_a_class_off_a_device_it_would_fill_while_anothe
 def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_one_device():
     """A small CNN's training step on two V100s with 3/4 of its one-device peak each: the shipped
     policy, trained where memory seldom binds, piles it on one device unless a memory mask
-    keeps it off a full one."""
+    keeps it off a full one; the policy alone (`placeto_policy`) has that mask by default."""
     from tfplaceto.rl.train import problems_for
 
     inputs = tf.keras.Input((32, 32, 3))
@@ -324,9 +324,8 @@ def test_the_shipped_policy_alone_splits_a_real_training_step_that_does_not_fit_
     peak = one_device.simulator().run(np.zeros(one_device.num_nodes, np.int32))[1][0]
     problem = problem_with(int(0.75 * peak))
     policy = load_policy()
-    for headroom, runs_out in ((None, True), (0.95, False)):
-        actor = Actor(problem, policy, 0, memory_headroom=headroom)
-        for placement in actor.episodes("random", 2, greedy=True, seed=0):
+    for mask, runs_out in (({"memory_headroom": None}, True), ({}, False)):
+        for placement in greedy_placements(problem, policy, "random", 2, seed=0, **mask):
             assert problem.simulator().run(placement)[2] == runs_out
 
 

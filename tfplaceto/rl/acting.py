@@ -33,7 +33,7 @@ from tfplaceto.policy import observation
 from tfplaceto.policy.network import PlacetoNetwork
 from tfplaceto.problem import Problem
 from tfplaceto.rl.agent import PlacetoPolicy, as_tensors
-from tfplaceto.rl.environment import PlacementEnvironment
+from tfplaceto.rl.environment import MEMORY_HEADROOM, PlacementEnvironment
 
 
 def specs(env: PlacementEnvironment):
@@ -132,7 +132,7 @@ class Actor:
     as the network's `greedy` says (`agent.greedy_actions`); sampling uses the policy's own
     seeded generator (`PlacetoPolicy`). With `memory_headroom`, a class is not put where it would
     fill a device past that share of its memory while another device has room (the memory mask
-    of `PlacementEnvironment`, whose docstring says why it is off by default).
+    of `PlacementEnvironment`; none by default here, `MEMORY_HEADROOM` for the policy alone).
     """
 
     def __init__(self, problem: Problem, network: PlacetoNetwork, seed: int = 0,
@@ -219,10 +219,12 @@ class Actor:
 
 
 def greedy_placements(problem: Problem, network: PlacetoNetwork, start="random", starts: int = 1,
-                      seed: int = 0) -> list[np.ndarray]:
+                      seed: int = 0, memory_headroom: float | None = MEMORY_HEADROOM) -> list[np.ndarray]:
     """The policy alone: the end placements of `starts` greedy episodes (in lockstep) from
-    `start` ("random": random placements drawn with `seed`; "single"; "baseline"; an array).
+    `start` ("random": random placements drawn with `seed`; "single"; "baseline"; an array),
+    kept off a device a class would fill past `memory_headroom` of its memory while another has
+    room (None: no such mask; `PlacementEnvironment`).
 
     No search and no climbing: a policy that changes nothing returns its start.
     """
-    return Actor(problem, network, seed).episodes(start, starts, greedy=True, seed=seed)
+    return Actor(problem, network, seed, memory_headroom).episodes(start, starts, greedy=True, seed=seed)

@@ -26,11 +26,13 @@ An episode improves one placement of one graph, one colocation class (node) at a
 With `memory_headroom=h` a device is masked for a class that would fill it past h x its memory,
 by the peak memory of what the episode has placed there (`observation.memory_fits`), unless no
 allowed device is left. A problem whose whole graph fits one device within h of the smallest
-device's memory is never masked, and its masks are not computed. Off by default (training, the
-`Actor`): the estimate follows this simulator, over groups, whose peaks are above those of the
-op-level simulation `tp.simulate` and `optimize` report; on five Keras applications the mask
-kept the shipped policy within the groups' memory at the cost of slower placements that would
-have fitted at op level anyway (docs/RESULTS.md, session 47).
+device's memory is never masked, and its masks are not computed (every family member: the
+shipped policy trains as without it). Training and the policy alone (`greedy_placements`,
+`method="placeto_policy"`) use `MEMORY_HEADROOM` by default; an `Actor` built without one (the
+search's policy windows: the search keeps a fitting placement ahead of any that runs out)
+does not. Without it the shipped policy, trained where memory never binds, piled 9 of 12 rows
+of six Keras applications at 2-4x batch onto a device they do not fit; with it none runs out,
+at 0.936x the best fast baseline (docs/RESULTS.md, session 48).
 Cost: C = T without OOM; with OOM, C = T * (1 + oom_penalty * (1 + overflow)), overflow the
 largest relative excess of a peak over its device's memory, so an OOM placement is always worse
 than the same step time without OOM, and less overflow is better.
@@ -83,6 +85,12 @@ from tfplaceto.problem import Best, Problem  # noqa: F401  (Best re-exported)
 Initial = str | np.ndarray | Callable[[Problem, np.random.Generator], np.ndarray]
 INITIAL_NAMES = ("random", "single", "baseline")
 SCHEDULES = ("placement", "visited")  # what an observation's schedule describes (`schedule`)
+# The share of a device's memory a policy fills at most by default (`memory_headroom`). The
+# estimate it fills by (`observation.memory_fits`) leaves out transfer times: placements filled
+# to 1.0 of it peaked at up to 1.002x in the simulator, to 0.9 at up to 0.902x (four Keras
+# applications, docs/RESULTS.md, session 47); the rest of the 5% is for graphs not seen, and for
+# what a real GPU's runtime keeps for itself.
+MEMORY_HEADROOM = 0.95
 
 
 def action_spec_for(dims: Dims) -> array_spec.BoundedArraySpec:

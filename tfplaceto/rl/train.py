@@ -53,7 +53,7 @@ from tfplaceto.problem import Problem, make_problem
 from tfplaceto.progress import tqdm
 from tfplaceto.rl.acting import Actor, CompiledPyPolicy, collect, replay_placement, specs
 from tfplaceto.rl.agent import PlacetoAgent, as_tensors
-from tfplaceto.rl.environment import Best, PlacementEnvironment, placement_cost
+from tfplaceto.rl.environment import MEMORY_HEADROOM, Best, PlacementEnvironment, placement_cost
 from tfplaceto.rl.logdir import (
     best_from_json,
     best_to_json,
@@ -80,7 +80,7 @@ class _Selection:
     """
 
     def __init__(self, problems: Sequence[Problem], network: PlacetoNetwork, seed: int, starts: int,
-                 count: int, oom_penalty: float = 1.0, memory_headroom: float | None = None):
+                 count: int, oom_penalty: float = 1.0, memory_headroom: float | None = MEMORY_HEADROOM):
         indices = sorted({int(i) for i in np.linspace(0, len(problems) - 1, min(count, len(problems))).round()})
         self._runs = [(problems[i], problems[i].simulator(), Actor(problems[i], network, seed, memory_headroom))
                       for i in indices]
@@ -312,7 +312,7 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
           learning_rate: float = 3e-3, entropy_coefficient: float = 0.005,
           final_entropy_coefficient: float = 0.0005, entropy_decay_episodes: int = 4096,
           gradient_clipping: float = 1.0, discount: float = 1.0, max_train_steps: int | None = 512,
-          exploration: float = 0.0, oom_penalty: float = 1.0, memory_headroom: float | None = None,
+          exploration: float = 0.0, oom_penalty: float = 1.0, memory_headroom: float | None = MEMORY_HEADROOM,
           checkpoint_every: int = 10,
           network: PlacetoNetwork | None = None, progress: bool = True,
           callback: Callable[[dict], None] | None = None,
@@ -337,9 +337,9 @@ def train(problems: Problem | Sequence[Problem], episodes: int = 512, logdir: st
       initial, order, oom_penalty, shared_start, prioritize, memory_headroom: see
         PlacementEnvironment (the paper's MDP: random starts; by default the lanes of a batch
         share theirs; problems drawn uniformly unless `prioritize`; Reverb actors each keep the
-        gaps of their own episodes; with `memory_headroom`, no device filled past that share
-        of its memory while another has room, in collection and model selection alike; off by
-        default). Replayed placements (self-imitation, teachers) are never masked.
+        gaps of their own episodes; no device filled past `memory_headroom` of its memory while
+        another has room, in collection and model selection alike, as the policy alone acts;
+        None: no such mask). Replayed placements (self-imitation, teachers) are never masked.
       hidden, rounds, refresh_every, view, nodes_on_device, passes, transfer_costs,
         device_context, unvisited_work, ensemble, greedy: the network (`PlacetoNetwork`; ignored
         when `network` is given);
