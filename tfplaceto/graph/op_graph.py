@@ -128,6 +128,14 @@ class OpGraph:
     def edge_bytes(self) -> np.ndarray:
         return self.tensor_bytes[self.edge_tensor]
 
+    @property
+    def scratch_bytes(self) -> np.ndarray:
+        """(N,) int64: each node's output bytes beyond the tensors it makes (outputs nobody reads;
+        a group's largest inside output), held only while the node runs; its tensors are held
+        until their last reader (tfplaceto/sim/kernel.py)."""
+        made = np.bincount(self.tensor_producer, weights=self.tensor_bytes, minlength=self.num_ops)
+        return np.maximum(self.output_bytes - made, 0).astype(np.int64)
+
     def fingerprint(self) -> str:
         """A stable hash of the structure, sizes and constraints (not of variable values)."""
         digest = hashlib.sha256()

@@ -217,8 +217,8 @@ def graph_statics(problem) -> GraphStatics:
 
     position = np.empty(n, np.int64)
     position[np.asarray(graph.topo_order, np.int64)] = np.arange(n)
-    # Memory as the simulator holds it: each tensor until its last reader, the rest of a node's
-    # output bytes while it runs.
+    # Memory as the simulator holds it: each tensor until its last reader, a node's scratch
+    # bytes while it runs.
     tensor_producer = np.asarray(graph.tensor_producer, np.int64)
     tensor_bytes = np.asarray(graph.tensor_bytes, np.float64)
     pairs = np.unique(np.stack([np.asarray(graph.edge_tensor, np.int64),
@@ -226,10 +226,9 @@ def graph_statics(problem) -> GraphStatics:
     read_tensor, reader = pairs[:, 0], pairs[:, 1]
     tensor_last_use = position[tensor_producer]
     np.maximum.at(tensor_last_use, read_tensor, position[reader])
-    scratch = np.maximum(output - np.bincount(tensor_producer, weights=tensor_bytes, minlength=n), 0.0)
-    one_device = float(persistent.sum() + _held_bytes(
-        n, np.concatenate([position[tensor_producer], position]), np.concatenate([tensor_last_use, position]),
-        np.concatenate([tensor_bytes, scratch])).max(initial=0.0))
+    scratch = np.asarray(graph.scratch_bytes, np.float64)
+    one_device = float(persistent.sum() + _outputs_held(position, tensor_producer, tensor_last_use, tensor_bytes,
+                                                        scratch, np.ones(n, bool)).max(initial=0.0))
 
     _, classes = np.unique(np.asarray(graph.colocation), return_inverse=True)
     classes = classes.astype(np.int32)
@@ -265,6 +264,16 @@ def _held_bytes(n: int, begins: np.ndarray, ends: np.ndarray, nbytes: np.ndarray
     np.add.at(delta, begins, nbytes)
     np.add.at(delta, np.asarray(ends) + 1, -np.asarray(nbytes, np.float64))
     return np.cumsum(delta)[:n]
+
+
+def _outputs_held(position: np.ndarray, tensor_producer: np.ndarray, tensor_last_use: np.ndarray,
+                  tensor_bytes: np.ndarray, scratch_bytes: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """(N,) the bytes held at each topological position by the outputs of `nodes` ((N,) bool) on
+    their own device: each tensor until its last reader, the scratch bytes while its node runs."""
+    ours = nodes[tensor_producer]
+    return _held_bytes(len(position), np.concatenate([position[tensor_producer[ours]], position[nodes]]),
+                       np.concatenate([tensor_last_use[ours], position[nodes]]),
+                       np.concatenate([tensor_bytes[ours], scratch_bytes[nodes]]))
 
 
 def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray, visited: np.ndarray,
@@ -318,10 +327,7 @@ def memory_fits(statics: GraphStatics, steps: np.ndarray, placements: np.ndarray
         # on a device other than an input's, a copy of that input until the class reads it.
         mine = np.zeros(n, bool)
         mine[members] = True
-        ours = mine[producer]
-        own = _held_bytes(n, np.concatenate([position[producer[ours]], position[members]]),
-                          np.concatenate([statics.tensor_last_use[ours], position[members]]),
-                          np.concatenate([nbytes[ours], scratch[members]]))
+        own = _outputs_held(position, producer, statics.tensor_last_use, nbytes, scratch, mine)
         reads = mine[reader] & seen[read_from]
         last_read = np.full(len(producer), -1)  # of each visited input, by the class
         np.maximum.at(last_read, read_tensor[reads], position[reader[reads]])

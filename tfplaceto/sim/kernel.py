@@ -33,11 +33,11 @@ Semantics (the contract `tests/test_sim.py` checks against a plain-Python refere
   independent loops and ops overlap as any nodes do.
 - Memory per device: persistent bytes of its nodes all step; each tensor a node makes
   (tensor_bytes) from the node's start until its end, the tensor's last local consumer's end and
-  its last outgoing transfer's end, whichever is latest (a Send reads the producer's buffer); the
-  rest of the node's output_bytes (outputs nobody reads; in a grouped graph, the largest output
-  made inside the group) from its start until its end; a received copy (tensor_bytes) from the
-  transfer's start until its last consumer on the destination ends. Frees at t happen before
-  allocations at t.
+  its last outgoing transfer's end, whichever is latest (a Send reads the producer's buffer); its
+  scratch_bytes (the rest of its output bytes: outputs nobody reads; in a grouped graph, the
+  largest output made inside the group; `OpGraph.scratch_bytes`) from its start until its end;
+  a received copy (tensor_bytes) from the transfer's start until its last consumer on the
+  destination ends. Frees at t happen before allocations at t.
 - Contention (off when `group_slow` is empty): devices with the same `group_of[d] >= 0` share
   what computing needs. While k devices of group g are busy (a device is busy while it runs at
   least one node), each of their nodes progresses at 1 / (1 + (k - 1) * group_slow[g]) solo
@@ -56,7 +56,7 @@ _NONE = -1
 @numba.njit(cache=True)
 def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                       tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
-                      ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                      ctrl_ptr, ctrl_succ, indegree, scratch_bytes, persistent_bytes, streams,
                       bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """Simulates one step; returns (node_start, node_end, transfer arrays, peak, ok).
 
@@ -84,20 +84,13 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
     node_end = np.full(n_nodes, -1.0)
     pending = indegree.copy()
     # Each tensor's buffer lives while a local consumer edge or an outgoing transfer of it is
-    # left; the rest of a node's output bytes (outputs nobody reads, a group's inside outputs)
-    # only while the node runs. A node allocates at least the tensors it makes.
+    # left; a node's scratch_bytes only while it runs.
     local_left = np.zeros(n_tensors, np.int32)
     sends_left = np.zeros(n_tensors, np.int32)
     for n in range(n_nodes):
         for k in range(cons_ptr[n], cons_ptr[n + 1]):
             if device_of[input_producer[k]] == device_of[n]:
                 local_left[input_tensor[k]] += 1
-    scratch = output_bytes.copy()
-    for t in range(n_tensors):
-        scratch[tensor_producer[t]] -= tensor_bytes[t]
-    for n in range(n_nodes):
-        if scratch[n] < 0:
-            scratch[n] = 0
 
     # Transfer r is item n_nodes + r.
     tr_tensor = np.empty(n_edges, np.int64)
@@ -240,7 +233,7 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                             end = now + compute[item, d] / rate
                         node_start[item] = now
                         node_end[item] = end
-                        memory[d] += scratch[item]
+                        memory[d] += scratch_bytes[item]
                         for k in range(prod_ptr[item], prod_ptr[item + 1]):
                             memory[d] += tensor_bytes[prod_tensors[k]]
                         if memory[d] > peak[d]:
@@ -360,7 +353,7 @@ def simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_
                         tr_left[r] -= 1
                         if tr_left[r] == 0:
                             memory[d] -= tensor_bytes[t]
-                memory[d] -= scratch[n]
+                memory[d] -= scratch_bytes[n]
                 for k in range(prod_ptr[n], prod_ptr[n + 1]):
                     t = prod_tensors[k]
                     if local_left[t] == 0 and sends_left[t] == 0:
@@ -479,12 +472,12 @@ def _sift_down(h_time, h_id, h_size, i, time, ident):
 @numba.njit(cache=True)
 def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                   tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
-                  ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                  ctrl_ptr, ctrl_succ, indegree, scratch_bytes, persistent_bytes, streams,
                   bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """(step time, peak bytes per device, ok) without boxing the schedule arrays."""
     schedule = simulate_schedule(device_of, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
                                  prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
-                                 input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
+                                 input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, scratch_bytes,
                                  persistent_bytes, streams, bandwidth, latency, control_hop, wait_idle,
                                  group_of, group_slow)
     node_end = schedule[1]
@@ -498,7 +491,7 @@ def simulate_step(device_of, compute, tensor_producer, tensor_bytes, tensor_trip
 @numba.njit(cache=True)
 def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                    tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
-                   ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                   ctrl_ptr, ctrl_succ, indegree, scratch_bytes, persistent_bytes, streams,
                    bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """simulate_step for each row of devices (B, N): (step times (B,), peaks (B, D), all ok)."""
     n_batch = devices.shape[0]
@@ -509,7 +502,7 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips
         step, peak, ok = simulate_step(devices[b], compute, tensor_producer, tensor_bytes,
                                        tensor_trips, prod_ptr, prod_tensors, tensor_ptr, tensor_cons,
                                        tensor_cpos, cons_ptr, input_tensor, input_producer, ctrl_ptr,
-                                       ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                                       ctrl_succ, indegree, scratch_bytes, persistent_bytes, streams,
                                        bandwidth, latency, control_hop, wait_idle, group_of, group_slow)
         steps[b] = step
         peaks[b] = peak
@@ -520,7 +513,7 @@ def simulate_batch(devices, compute, tensor_producer, tensor_bytes, tensor_trips
 @numba.njit(cache=True)
 def simulate_schedules(devices, compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr, prod_tensors,
                        tensor_ptr, tensor_cons, tensor_cpos, cons_ptr, input_tensor, input_producer,
-                       ctrl_ptr, ctrl_succ, indegree, output_bytes, persistent_bytes, streams,
+                       ctrl_ptr, ctrl_succ, indegree, scratch_bytes, persistent_bytes, streams,
                        bandwidth, latency, control_hop, wait_idle, group_of, group_slow):
     """simulate_schedule for each row of devices (B, N): (node starts (B, N), node ends (B, N),
     peaks (B, D), all ok), in one call (the arguments are unboxed once, not once per row)."""
@@ -532,7 +525,7 @@ def simulate_schedules(devices, compute, tensor_producer, tensor_bytes, tensor_t
     for b in range(n_batch):
         schedule = simulate_schedule(devices[b], compute, tensor_producer, tensor_bytes, tensor_trips, prod_ptr,
                                      prod_tensors, tensor_ptr, tensor_cons, tensor_cpos, cons_ptr,
-                                     input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, output_bytes,
+                                     input_tensor, input_producer, ctrl_ptr, ctrl_succ, indegree, scratch_bytes,
                                      persistent_bytes, streams, bandwidth, latency, control_hop, wait_idle,
                                      group_of, group_slow)
         starts[b] = schedule[0]

@@ -15,6 +15,7 @@ here, once, into flat contiguous arrays the compiled kernel (`tfplaceto.sim.kern
                                the consumer, and the edge's input position k in the first CSR.
   ctrl_ptr / ctrl_succ         CSR: control successors of each node.
   indegree     (N,) int32      data plus control in-edges: a node is ready when all have arrived.
+  scratch_bytes (N,) int64     output bytes held only while the node runs (`OpGraph.scratch_bytes`).
   streams, bandwidth, latency, control_hop
                                per device / per directed link, from the Cluster (control_hop
                                all 0: control edges cost nothing).
@@ -78,7 +79,7 @@ class SimGraph:
     ctrl_ptr: np.ndarray
     ctrl_succ: np.ndarray
     indegree: np.ndarray
-    output_bytes: np.ndarray
+    scratch_bytes: np.ndarray
     persistent_bytes: np.ndarray
     streams: np.ndarray
     bandwidth: np.ndarray
@@ -102,7 +103,7 @@ class SimGraph:
         return (self.compute, self.tensor_producer, self.tensor_bytes, self.tensor_trips, self.prod_ptr,
                 self.prod_tensors, self.tensor_ptr, self.tensor_cons, self.tensor_cpos,
                 self.cons_ptr, self.input_tensor, self.input_producer, self.ctrl_ptr,
-                self.ctrl_succ, self.indegree, self.output_bytes, self.persistent_bytes, self.streams,
+                self.ctrl_succ, self.indegree, self.scratch_bytes, self.persistent_bytes, self.streams,
                 self.bandwidth, self.latency, self.control_hop, self.wait_idle, self.group_of,
                 self.group_slow)
 
@@ -149,7 +150,7 @@ def build_sim_graph(op_graph: OpGraph, cluster: Cluster, compute_s: np.ndarray) 
         tensor_cpos=tensor_cpos, cons_ptr=cons_ptr, input_tensor=input_tensor,
         input_producer=input_producer, ctrl_ptr=ctrl_ptr, ctrl_succ=ctrl_succ,
         indegree=indegree,
-        output_bytes=_owned(op_graph.output_bytes, np.int64),
+        scratch_bytes=_owned(op_graph.scratch_bytes, np.int64),
         persistent_bytes=_owned(op_graph.persistent_bytes, np.int64),
         streams=streams,
         bandwidth=_owned(cluster.bandwidth, np.float64),
