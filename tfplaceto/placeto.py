@@ -8,8 +8,8 @@
                        consecutive classes of a given placement.
   place                `method="placeto"` (the default): the search (`tfplaceto.search`) from the
                        best fast baseline and from the policy's own placement (one greedy episode;
-                       with a "full"-view policy also one from the best baseline; climbed when it
-                       begins better than the best baseline), perturbing by policy episodes and
+                       with a "full"-view policy also one from the best baseline; each start
+                       climbed, `search.search`), perturbing by policy episodes and
                        random moves (shared by how often each has improved the best on this
                        problem, `search.improve(adaptive=True)`); with `budget_s` above the
                        search's time, the policy is first fine-tuned on the problem (the same MDP

@@ -16,9 +16,8 @@ untrained weights) through the same calls. Map of the file:
                        placement with every perturbation, climbs each result, keeps the best;
                        `adaptive`: the draws shared among the perturbations by the share of
                        each one's draws that improved the best (Thompson sampling).
-  search               starts (the first climbed, a later one when it begins better than the first)
-                       + improve until a deadline or until one perturbation has had `patience`
-                       rounds' worth of idle climbs.
+  search               starts (each climbed in turn) + improve until a deadline or until one
+                       perturbation has had `patience` rounds' worth of idle climbs.
                        The starts may be produced lazily (any iterable, a generator): each is
                        offered (and climbed) before the next is asked for, and none is asked
                        for after the deadline but the first, so a costly start (a policy's
@@ -219,24 +218,25 @@ def search(problem: Problem, starts: Iterable[np.ndarray], perturbations: Sequen
     """The best placement found from `starts` by `improve` with `perturbations` (`adaptive`: as
     `improve` says).
 
-    `starts` (at least one) is consumed one at a time: each start is offered, and climbed when it
-    promises (below), before the next is asked for; once the deadline has passed no further start
-    is asked for (the first always is, so the answer is never worse than it).
+    `starts` (at least one) is consumed one at a time: each start is offered and climbed before
+    the next is asked for; once the deadline has passed no further start is asked for (the first
+    always is, so the answer is never worse than it).
 
-    The first start is always climbed; a later one only when it begins better (by simulated (OOM,
-    step time)) than the first began. A start that begins worse mostly climbs to a worse local
-    optimum, and on a large graph its climb can take the rest of the time (NMT-4l on 2xK80: the
-    first start climbed to its optimum in 3 s, two worse ones then climbed to the deadline and no
-    perturbation round ran): that time is better spent perturbing the best.
+    Every start is climbed, one that begins worse than the first too: where a start begins says
+    little about the optimum its climb reaches. On NMT-4l the shipped policy's own placement
+    begins 4-17% slower than the best baseline, and in one climb each reached 1330 ms against the
+    baseline's 1386 on 2xK80, 306 against 317 on 4xV100. Climbing only the starts that began
+    better (sessions 16-48) threw that away; over 144 row-seeds the shipped policy's search gains
+    0.0010 of local_search's step time by climbing every start, untrained weights' loses 0.0008
+    (docs/RESULTS.md, session 49). A worse start's climb can take the rest of the time on a
+    large graph: the deadline bounds it.
     """
     rng = np.random.default_rng(seed)
     neighbourhoods = prepare_neighbourhoods(problem)
-    best, first = Best(), None
+    best = Best()
     for placement in starts:
-        begins = offer(problem, best, placement)
-        if first is None or begins < first:
-            offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
-        first = begins if first is None else first
+        offer(problem, best, placement)
+        offer(problem, best, polish(problem, placement, rng, deadline, neighbourhoods))
         if time.perf_counter() >= deadline:
             break  # before the iterable makes its next start
     return improve(problem, best, perturbations, seed, deadline, patience, on_round, neighbourhoods, adaptive)
