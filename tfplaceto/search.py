@@ -81,11 +81,10 @@ def polish(problem: Problem, placement: np.ndarray, rng: np.random.Generator,
     return current
 
 
-def offer(problem: Problem, best: Best, placement: np.ndarray) -> tuple[bool, float]:
-    """Simulates `placement`, offers it to `best` and returns its (OOM, step time): lower is better."""
+def offer(problem: Problem, best: Best, placement: np.ndarray) -> None:
+    """Simulates `placement` and offers it to `best`."""
     step_time, _, oom = problem.simulator().run(placement)
     best.offer(step_time, oom, placement)
-    return oom, step_time
 
 
 def best_baseline(problem: Problem, seed: int = 0) -> Best:
